@@ -1,0 +1,184 @@
+//! `peapod-shim`, one process per pod.
+//!
+//! ```text
+//! peapod-shim start --id SANDBOX_ID --socket PATH --runtime runc --runtime-root DIR [--log FILE]
+//! peapod-shim serve   (same flags; what `start` runs detached)
+//! ```
+//!
+//! `start` launches `serve` in a new session and returns once the ttrpc socket answers, so the
+//! shim is not the daemon's child: it outlives the daemon, and the daemon never has to reap it.
+//! `serve` makes itself a child subreaper, so that every container process is reparented to it
+//! when `runc create` or `runc exec --detach` returns, and it reaps them itself.
+
+mod console;
+mod oom;
+mod logio;
+mod reaper;
+mod runc;
+mod service;
+mod stdio;
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The shim's command line.
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub id: String,
+    pub socket: PathBuf,
+    pub runtime: String,
+    pub runtime_root: PathBuf,
+    pub log: Option<PathBuf>,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: peapod-shim start|serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE]"
+    );
+    std::process::exit(2)
+}
+
+fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
+    let command = argv.next().unwrap_or_else(|| usage());
+    let mut id = None;
+    let mut socket = None;
+    let mut runtime = "runc".to_string();
+    let mut runtime_root = None;
+    let mut log = None;
+    while let Some(flag) = argv.next() {
+        let value = argv.next().unwrap_or_else(|| usage());
+        match flag.as_str() {
+            "--id" => id = Some(value),
+            "--socket" => socket = Some(PathBuf::from(value)),
+            "--runtime" => runtime = value,
+            "--runtime-root" => runtime_root = Some(PathBuf::from(value)),
+            "--log" => log = Some(PathBuf::from(value)),
+            _ => usage(),
+        }
+    }
+    let (Some(id), Some(socket), Some(runtime_root)) = (id, socket, runtime_root) else {
+        usage()
+    };
+    (
+        command,
+        Args {
+            id,
+            socket,
+            runtime,
+            runtime_root,
+            log,
+        },
+    )
+}
+
+fn main() {
+    let mut argv = std::env::args();
+    let program = argv.next().unwrap_or_else(|| "peapod-shim".into());
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!("peapod-shim {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
+    let (command, args) = parse_args(argv);
+    let code = match command.as_str() {
+        "start" => start(&program, &args),
+        "serve" => serve(args),
+        _ => usage(),
+    };
+    std::process::exit(code);
+}
+
+/// Launches `serve` detached and waits until its socket accepts connections.
+fn start(program: &str, args: &Args) -> i32 {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from(program));
+    let log = match &args.log {
+        Some(path) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null()),
+        None => Stdio::null(),
+    };
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
+        .args(["--id", &args.id])
+        .arg("--socket")
+        .arg(&args.socket)
+        .args(["--runtime", &args.runtime])
+        .arg("--runtime-root")
+        .arg(&args.runtime_root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    if let Some(path) = &args.log {
+        cmd.arg("--log").arg(path);
+    }
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            eprintln!("peapod-shim: cannot start the shim: {err}");
+            return 1;
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if std::os::unix::net::UnixStream::connect(&args.socket).is_ok() {
+            println!("{}", args.socket.display());
+            return 0;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            eprintln!("peapod-shim: the shim exited before serving: {status}");
+            return 1;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("peapod-shim: the shim did not serve within 10s");
+            return 1;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The shim proper: a single-threaded runtime serving the Task API until Shutdown.
+fn serve(args: Args) -> i32 {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only changes this process's attributes.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        eprintln!(
+            "peapod-shim: cannot become a subreaper: {}",
+            std::io::Error::last_os_error()
+        );
+        return 1;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("peapod-shim: cannot build the async runtime: {err}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        match service::run(Arc::new(args)).await {
+            Ok(()) => 0,
+            Err(err) => {
+                eprintln!("peapod-shim: {err}");
+                1
+            }
+        }
+    })
+}

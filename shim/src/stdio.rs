@@ -1,0 +1,450 @@
+//! A process's stdio as the shim holds it.
+//!
+//! A container's main process gets pipes (or a pty) whose other ends the shim keeps: its
+//! output is written to the CRI log and copied to attached clients, its stdin is fed from
+//! attach sessions. An exec'd process gets the FIFOs the daemon created (for a tty the shim
+//! copies between the FIFOs and the pty master).
+
+use crate::console::{self, AsyncFile, ConsoleSocket};
+use crate::logio::{CriLog, Stream};
+use crate::runc::ProcessIo;
+use peapod_shim::protocol::attach::{ClientFrame, ServerFrame};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::UnixListener;
+use tokio::sync::{broadcast, watch};
+
+/// Read size for output copying.
+const CHUNK: usize = 32 * 1024;
+
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn dup(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: new is a fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+fn set_blocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Opens one end of a FIFO the daemon made, without blocking (the daemon already holds the
+/// other end; if it does not, this fails instead of hanging), then makes it blocking for the
+/// process that inherits it.
+fn open_fifo(path: &str, write: bool) -> io::Result<OwnedFd> {
+    let c = CString::new(path).map_err(io::Error::other)?;
+    let mode = if write { libc::O_WRONLY } else { libc::O_RDONLY };
+    // SAFETY: open with a valid C string.
+    let fd = unsafe { libc::open(c.as_ptr(), mode | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let err = io::Error::last_os_error();
+        return Err(io::Error::new(err.kind(), format!("open fifo {path}: {err}")));
+    }
+    // SAFETY: fd is fresh.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    set_blocking(fd.as_raw_fd())?;
+    Ok(fd)
+}
+
+/// The attach-facing side of a running process's stdio.
+pub struct IoHandle {
+    stdin: Arc<tokio::sync::Mutex<Option<Writer>>>,
+    master: Option<OwnedFd>,
+    output: Mutex<Option<broadcast::Sender<ServerFrame>>>,
+    /// Becomes true when every output stream reached EOF (and the log is flushed).
+    done: watch::Receiver<bool>,
+    stdin_once: bool,
+    pub log: Option<Arc<Mutex<CriLog>>>,
+}
+
+impl IoHandle {
+    pub async fn write_stdin(&self, data: &[u8]) -> io::Result<()> {
+        let mut guard = self.stdin.lock().await;
+        match guard.as_mut() {
+            Some(w) => w.write_all(data).await,
+            None => Err(io::Error::new(io::ErrorKind::BrokenPipe, "stdin is closed")),
+        }
+    }
+
+    pub async fn close_stdin(&self) {
+        let mut guard = self.stdin.lock().await;
+        if let Some(mut w) = guard.take() {
+            let _ = w.shutdown().await;
+        }
+    }
+
+    pub fn resize(&self, width: u16, height: u16) -> io::Result<()> {
+        match &self.master {
+            Some(m) => console::resize(m.as_raw_fd(), width, height),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the process has no terminal",
+            )),
+        }
+    }
+
+    /// Waits until all output has been copied (bounded by the caller).
+    pub async fn wait_output_done(&self) {
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|d| *d).await;
+    }
+
+    /// Stops handing output to attach clients; their connections then end.
+    pub fn close_output(&self) {
+        if let Ok(mut o) = self.output.lock() {
+            o.take();
+        }
+    }
+
+    fn subscribe(&self) -> Option<broadcast::Receiver<ServerFrame>> {
+        self.output.lock().ok()?.as_ref().map(|tx| tx.subscribe())
+    }
+}
+
+/// Stdio prepared for `runc create`; [`PreparedInit::start`] wires it up once created.
+pub struct PreparedInit {
+    pub process_io: ProcessIo,
+    pub console: Option<ConsoleSocket>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    stdin: Option<OwnedFd>,
+    stdin_once: bool,
+    log: Option<Arc<Mutex<CriLog>>>,
+}
+
+/// Pipes (or a console socket) for a container's main process.
+pub fn prepare_init(
+    log_path: &str,
+    want_stdin: bool,
+    stdin_once: bool,
+    console_path: Option<&Path>,
+) -> io::Result<PreparedInit> {
+    let log = if log_path.is_empty() {
+        None
+    } else {
+        Some(Arc::new(Mutex::new(CriLog::open(Path::new(log_path))?)))
+    };
+    if let Some(path) = console_path {
+        return Ok(PreparedInit {
+            process_io: ProcessIo::null(),
+            console: Some(ConsoleSocket::bind(path)?),
+            stdout: None,
+            stderr: None,
+            stdin: None,
+            stdin_once,
+            log,
+        });
+    }
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let (stdin_child, stdin_keep) = if want_stdin {
+        let (r, w) = pipe()?;
+        (Stdio::from(r), Some(w))
+    } else {
+        (Stdio::null(), None)
+    };
+    Ok(PreparedInit {
+        process_io: ProcessIo {
+            stdin: stdin_child,
+            stdout: Stdio::from(out_w),
+            stderr: Stdio::from(err_w),
+        },
+        console: None,
+        stdout: Some(out_r),
+        stderr: Some(err_r),
+        stdin: stdin_keep,
+        stdin_once,
+        log,
+    })
+}
+
+async fn pump<R: AsyncRead + Unpin>(
+    mut reader: R,
+    stream: Stream,
+    log: Option<Arc<Mutex<CriLog>>>,
+    out: broadcast::Sender<ServerFrame>,
+    mut copy_to: Option<Writer>,
+) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let data = &buf[..n];
+        if let Some(log) = &log {
+            if let Ok(mut l) = log.lock() {
+                if let Err(err) = l.write(stream, data) {
+                    eprintln!("peapod-shim: writing the container log: {err}");
+                }
+            }
+        }
+        if let Some(w) = copy_to.as_mut() {
+            if w.write_all(data).await.is_err() {
+                copy_to = None;
+            }
+        }
+        let frame = match stream {
+            Stream::Stdout => ServerFrame::Stdout(data.to_vec()),
+            Stream::Stderr => ServerFrame::Stderr(data.to_vec()),
+        };
+        // No receiver is fine: nobody is attached.
+        let _ = out.send(frame);
+    }
+    if let Some(log) = &log {
+        if let Ok(mut l) = log.lock() {
+            let _ = l.finish(stream);
+        }
+    }
+}
+
+impl PreparedInit {
+    /// After a successful create: starts copying output and returns the handle.
+    pub async fn start(mut self) -> io::Result<Arc<IoHandle>> {
+        let (out_tx, _) = broadcast::channel(256);
+        let (done_tx, done_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let (stdin, master): (Option<Writer>, Option<OwnedFd>) = match self.console.take() {
+            Some(console) => {
+                let master = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    console.receive_master(),
+                )
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no console from the runtime"))??;
+                let reader = AsyncFile::new(dup(master.as_raw_fd())?)?;
+                let writer = AsyncFile::new(dup(master.as_raw_fd())?)?;
+                tasks.push(tokio::spawn(pump(
+                    reader,
+                    Stream::Stdout,
+                    self.log.clone(),
+                    out_tx.clone(),
+                    None,
+                )));
+                (Some(Box::new(writer) as Writer), Some(master))
+            }
+            None => {
+                for (fd, stream) in [(self.stdout.take(), Stream::Stdout), (self.stderr.take(), Stream::Stderr)] {
+                    if let Some(fd) = fd {
+                        let reader = AsyncFile::new(fd)?;
+                        tasks.push(tokio::spawn(pump(
+                            reader,
+                            stream,
+                            self.log.clone(),
+                            out_tx.clone(),
+                            None,
+                        )));
+                    }
+                }
+                let stdin = match self.stdin.take() {
+                    Some(fd) => Some(Box::new(AsyncFile::new(fd)?) as Writer),
+                    None => None,
+                };
+                (stdin, None)
+            }
+        };
+        tokio::spawn(async move {
+            for t in tasks {
+                let _ = t.await;
+            }
+            let _ = done_tx.send(true);
+        });
+        Ok(Arc::new(IoHandle {
+            stdin: Arc::new(tokio::sync::Mutex::new(stdin)),
+            master,
+            output: Mutex::new(Some(out_tx)),
+            done: done_rx,
+            stdin_once: self.stdin_once,
+            log: self.log,
+        }))
+    }
+}
+
+/// Stdio prepared for `runc exec` from the daemon's FIFOs.
+pub struct PreparedExec {
+    pub process_io: ProcessIo,
+    pub console: Option<ConsoleSocket>,
+    stdin_fifo: Option<OwnedFd>,
+    stdout_fifo: Option<OwnedFd>,
+}
+
+pub fn prepare_exec(
+    stdin: &str,
+    stdout: &str,
+    stderr: &str,
+    console_path: Option<&Path>,
+) -> io::Result<PreparedExec> {
+    let stdin_fd = if stdin.is_empty() {
+        None
+    } else {
+        Some(open_fifo(stdin, false)?)
+    };
+    let stdout_fd = if stdout.is_empty() {
+        None
+    } else {
+        Some(open_fifo(stdout, true)?)
+    };
+    if let Some(path) = console_path {
+        return Ok(PreparedExec {
+            process_io: ProcessIo::null(),
+            console: Some(ConsoleSocket::bind(path)?),
+            stdin_fifo: stdin_fd,
+            stdout_fifo: stdout_fd,
+        });
+    }
+    let stderr_fd = if stderr.is_empty() {
+        None
+    } else {
+        Some(open_fifo(stderr, true)?)
+    };
+    let to_stdio = |fd: Option<OwnedFd>| fd.map(Stdio::from).unwrap_or_else(Stdio::null);
+    Ok(PreparedExec {
+        process_io: ProcessIo {
+            stdin: to_stdio(stdin_fd),
+            stdout: to_stdio(stdout_fd),
+            stderr: to_stdio(stderr_fd),
+        },
+        console: None,
+        stdin_fifo: None,
+        stdout_fifo: None,
+    })
+}
+
+impl PreparedExec {
+    /// After a successful exec: for a tty, copies between the FIFOs and the pty master.
+    pub async fn start(mut self) -> io::Result<Arc<IoHandle>> {
+        let (out_tx, _) = broadcast::channel(1);
+        let (done_tx, done_rx) = watch::channel(false);
+        let Some(console) = self.console.take() else {
+            let _ = done_tx.send(true);
+            return Ok(Arc::new(IoHandle {
+                stdin: Arc::new(tokio::sync::Mutex::new(None)),
+                master: None,
+                output: Mutex::new(None),
+                done: done_rx,
+                stdin_once: false,
+                log: None,
+            }));
+        };
+        let master = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            console.receive_master(),
+        )
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no console from the runtime"))??;
+        let reader = AsyncFile::new(dup(master.as_raw_fd())?)?;
+        let stdout = match self.stdout_fifo.take() {
+            Some(fd) => Some(Box::new(AsyncFile::new(fd)?) as Writer),
+            None => None,
+        };
+        let pump_task = tokio::spawn(pump(reader, Stream::Stdout, None, out_tx, stdout));
+        tokio::spawn(async move {
+            let _ = pump_task.await;
+            let _ = done_tx.send(true);
+        });
+        if let Some(fd) = self.stdin_fifo.take() {
+            let mut from = AsyncFile::new(fd)?;
+            let mut to = AsyncFile::new(dup(master.as_raw_fd())?)?;
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut from, &mut to).await;
+                // End of input on a terminal is ^D, which the line discipline turns into EOF.
+                let _ = to.write_all(&[4]).await;
+            });
+        }
+        Ok(Arc::new(IoHandle {
+            stdin: Arc::new(tokio::sync::Mutex::new(None)),
+            master: Some(master),
+            output: Mutex::new(None),
+            done: done_rx,
+            stdin_once: false,
+            log: None,
+        }))
+    }
+}
+
+/// Serves attach sessions for a container on a unix socket until `stop` fires.
+pub fn serve_attach(path: &Path, io: Arc<IoHandle>, mut stop: watch::Receiver<bool>) -> io::Result<()> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path)?;
+    let path = path.to_path_buf();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                accepted = listener.accept() => {
+                    let Ok((conn, _)) = accepted else { break };
+                    tokio::spawn(attach_session(conn, io.clone()));
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    });
+    Ok(())
+}
+
+async fn attach_session(conn: tokio::net::UnixStream, io: Arc<IoHandle>) {
+    let (mut rd, mut wr) = conn.into_split();
+    let output = io.subscribe();
+    let writer = tokio::spawn(async move {
+        let Some(mut output) = output else { return };
+        loop {
+            match output.recv().await {
+                Ok(frame) => {
+                    if frame.write_to(&mut wr).await.is_err() {
+                        break;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    loop {
+        match ClientFrame::read_from(&mut rd).await {
+            Ok(Some(ClientFrame::Stdin(data))) => {
+                if io.write_stdin(&data).await.is_err() {
+                    // Stdin closed: keep the session for output.
+                }
+            }
+            Ok(Some(ClientFrame::CloseStdin)) => io.close_stdin().await,
+            Ok(Some(ClientFrame::Resize { width, height })) => {
+                let _ = io.resize(width, height);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    if io.stdin_once {
+        io.close_stdin().await;
+    }
+    // The client went away; the output side ends when the client's socket errors or the
+    // process's output ends.
+    let _ = writer.await;
+}
