@@ -1,0 +1,2 @@
+pub mod mux;
+pub mod spdy;
