@@ -1,0 +1,138 @@
+//! The crate's error type. Every variant carries enough context to be read in a
+//! log line on its own; [`Error::kind`] tells the daemon which gRPC code to use.
+
+use std::io;
+
+/// What a caller (the CRI server) should make of an [`Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// gRPC NotFound: a tag, manifest, image or file that does not exist.
+    NotFound,
+    /// gRPC InvalidArgument: a malformed reference or request.
+    InvalidArgument,
+    /// gRPC Unauthenticated: the registry wants credentials we do not have or it rejected.
+    Unauthenticated,
+    /// gRPC PermissionDenied: the registry knows who we are and says no.
+    PermissionDenied,
+    /// gRPC AlreadyExists.
+    AlreadyExists,
+    /// gRPC Unavailable: the registry could not be reached.
+    Unavailable,
+    /// gRPC Internal / Unknown: everything else (I/O, corrupt content, protocol errors).
+    Internal,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid image reference {reference:?}: {reason}")]
+    InvalidReference { reference: String, reason: String },
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    #[error("not found: {0}")]
+    NotFound(String),
+
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+
+    #[error("registry {registry}: authentication required or rejected: {message}")]
+    Unauthenticated { registry: String, message: String },
+
+    #[error("registry {registry}: access denied: {message}")]
+    PermissionDenied { registry: String, message: String },
+
+    #[error("registry request {url} failed: {message}")]
+    Registry { url: String, message: String },
+
+    #[error("cannot reach registry at {url}: {source}")]
+    Http {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+
+    #[error("{what}: digest mismatch: expected {expected}, got {actual}")]
+    DigestMismatch {
+        what: String,
+        expected: String,
+        actual: String,
+    },
+
+    #[error("invalid image content: {0}")]
+    InvalidImage(String),
+
+    #[error("unsafe layer entry {entry:?}: {reason}")]
+    UnsafeLayer { entry: String, reason: String },
+
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("{context}: {source}")]
+    Json {
+        context: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// Maps the error to the CRI-facing category (and so a gRPC code).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidReference { .. } | Error::InvalidArgument(_) => {
+                ErrorKind::InvalidArgument
+            }
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::AlreadyExists(_) => ErrorKind::AlreadyExists,
+            Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
+            Error::PermissionDenied { .. } => ErrorKind::PermissionDenied,
+            Error::Http { .. } => ErrorKind::Unavailable,
+            Error::Registry { .. }
+            | Error::DigestMismatch { .. }
+            | Error::InvalidImage(_)
+            | Error::UnsafeLayer { .. }
+            | Error::Unsupported(_)
+            | Error::Io { .. }
+            | Error::Json { .. } => ErrorKind::Internal,
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn json(context: impl Into<String>, source: serde_json::Error) -> Error {
+        Error::Json {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// `.ctx("reading x")?` on io results: attaches what we were doing.
+pub(crate) trait IoContext<T> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T, Error>;
+}
+
+impl<T> IoContext<T> for Result<T, io::Error> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T, Error> {
+        self.map_err(|e| Error::io(context(), e))
+    }
+}
+
+impl<T> IoContext<T> for Result<T, nix::Error> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T, Error> {
+        self.map_err(|e| Error::io(context(), io::Error::from(e)))
+    }
+}

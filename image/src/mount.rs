@@ -1,0 +1,302 @@
+//! Overlay and bind mounts for container root filesystems.
+//!
+//! mount(2) takes all overlay options in one page (4096 bytes), which caps the
+//! number of lower layers at roughly 4096 / (path length). When the classic
+//! option string would not fit, we use the new mount API (fsopen/fsconfig),
+//! adding one lower directory per `lowerdir+` call (Linux 6.8+): no length limit,
+//! only overlayfs's own stack limit of 500 layers.
+
+use crate::Error;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// overlayfs refuses deeper stacks (OVL_MAX_STACK).
+pub const MAX_OVERLAY_LAYERS: usize = 500;
+const PAGE_LIMIT: usize = 4095;
+
+fn c(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+fn overlay_index_supported() -> bool {
+    Path::new("/sys/module/overlay/parameters/index").exists()
+}
+
+/// Escapes a path for the legacy option string: ':' separates lower dirs and
+/// '\' escapes; ',' separates options and cannot be escaped there.
+fn escape(p: &Path) -> Result<String, Error> {
+    let s = p
+        .to_str()
+        .ok_or_else(|| Error::InvalidArgument(format!("non-UTF-8 overlay path {}", p.display())))?;
+    if s.contains(',') {
+        return Err(Error::InvalidArgument(format!(
+            "overlay path {s:?} contains a comma"
+        )));
+    }
+    Ok(s.replace('\\', "\\\\").replace(':', "\\:"))
+}
+
+/// Mounts `lowers` (top-most first) with an optional (upper, work) pair on `target`.
+pub(crate) fn mount_overlay(
+    lowers: &[PathBuf],
+    upper: Option<(&Path, &Path)>,
+    target: &Path,
+    readonly: bool,
+) -> Result<(), Error> {
+    if lowers.is_empty() {
+        return Err(Error::InvalidArgument(
+            "overlay needs at least one lower directory".into(),
+        ));
+    }
+    if lowers.len() > MAX_OVERLAY_LAYERS {
+        return Err(Error::Unsupported(format!(
+            "{} layers: overlayfs stacks at most {MAX_OVERLAY_LAYERS}",
+            lowers.len()
+        )));
+    }
+    let mut data = String::from("lowerdir=");
+    let escaped: Result<Vec<String>, Error> = lowers.iter().map(|l| escape(l)).collect();
+    data.push_str(&escaped?.join(":"));
+    if let Some((u, w)) = upper {
+        data.push_str(&format!(",upperdir={},workdir={}", escape(u)?, escape(w)?));
+    }
+    // index=on (a kernel default on some distros) ties lower layers to one
+    // upper and makes sharing layers between containers fail; containerd
+    // turns it off too.
+    if overlay_index_supported() {
+        data.push_str(",index=off");
+    }
+    if data.len() <= PAGE_LIMIT {
+        let mut flags = nix::mount::MsFlags::empty();
+        if readonly {
+            flags |= nix::mount::MsFlags::MS_RDONLY;
+        }
+        return nix::mount::mount(
+            Some("overlay"),
+            target,
+            Some("overlay"),
+            flags,
+            Some(data.as_str()),
+        )
+        .map_err(|e| {
+            Error::io(
+                format!(
+                    "mounting overlay ({} layers) on {}",
+                    lowers.len(),
+                    target.display()
+                ),
+                e.into(),
+            )
+        });
+    }
+    tracing::debug!(
+        layers = lowers.len(),
+        "overlay options exceed a page; using fsconfig lowerdir+"
+    );
+    mount_overlay_fsconfig(lowers, upper, target, readonly).map_err(|e| {
+        Error::io(
+            format!(
+                "mounting overlay of {} layers on {} with the new mount API (needs Linux 6.8+ for this many layers)",
+                lowers.len(),
+                target.display()
+            ),
+            e,
+        )
+    })
+}
+
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+const MOUNT_ATTR_RDONLY: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+
+fn fsconfig_string(fs: &OwnedFd, key: &str, value: &[u8]) -> io::Result<()> {
+    let k = CString::new(key)?;
+    let v = CString::new(value)?;
+    // SAFETY: valid fd and NUL-terminated strings.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_SET_STRING,
+            k.as_ptr(),
+            v.as_ptr(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn mount_overlay_fsconfig(
+    lowers: &[PathBuf],
+    upper: Option<(&Path, &Path)>,
+    target: &Path,
+    readonly: bool,
+) -> io::Result<()> {
+    let name = CString::new("overlay")?;
+    // SAFETY: NUL-terminated fs name.
+    let fd = unsafe { libc::syscall(libc::SYS_fsopen, name.as_ptr(), FSOPEN_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd from the kernel.
+    let fs = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    fsconfig_string(&fs, "source", b"overlay")?;
+    for l in lowers {
+        fsconfig_string(&fs, "lowerdir+", l.as_os_str().as_bytes())?;
+    }
+    if let Some((u, w)) = upper {
+        fsconfig_string(&fs, "upperdir", u.as_os_str().as_bytes())?;
+        fsconfig_string(&fs, "workdir", w.as_os_str().as_bytes())?;
+    }
+    if overlay_index_supported() {
+        fsconfig_string(&fs, "index", b"off")?;
+    }
+    // SAFETY: valid fd; CMD_CREATE takes no key/value.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let attrs = if readonly { MOUNT_ATTR_RDONLY } else { 0 };
+    // SAFETY: valid fd.
+    let m = unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) };
+    if m < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd from the kernel.
+    let mnt = unsafe { OwnedFd::from_raw_fd(m as i32) };
+    let t = c(target)?;
+    let empty = CString::new("")?;
+    // SAFETY: valid fds and NUL-terminated paths.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            mnt.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bind-mounts `src` read-only on `target` (a single-layer read-only rootfs
+/// needs no overlay at all).
+pub(crate) fn bind_readonly(src: &Path, target: &Path) -> Result<(), Error> {
+    use nix::mount::{mount, MsFlags};
+    let ctx = |e: nix::Error| {
+        Error::io(
+            format!("bind-mounting {} on {}", src.display(), target.display()),
+            e.into(),
+        )
+    };
+    mount(
+        Some(src),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(ctx)?;
+    if let Err(e) = mount(
+        None::<&str>,
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+        None::<&str>,
+    ) {
+        let _ = nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH);
+        return Err(ctx(e));
+    }
+    Ok(())
+}
+
+/// Unmounts `target`; a busy mount is detached lazily. Not mounted or
+/// missing is success, so callers can retry cleanup.
+pub(crate) fn unmount(target: &Path) -> Result<(), Error> {
+    use nix::errno::Errno;
+    use nix::mount::{umount2, MntFlags};
+    match umount2(target, MntFlags::UMOUNT_NOFOLLOW) {
+        Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => Ok(()),
+        Err(Errno::EBUSY) => {
+            tracing::warn!(target = %target.display(), "rootfs busy, detaching lazily");
+            umount2(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW)
+                .map_err(|e| Error::io(format!("detaching {}", target.display()), e.into()))
+        }
+        Err(e) => Err(Error::io(
+            format!("unmounting {}", target.display()),
+            e.into(),
+        )),
+    }
+}
+
+/// Whether `path` is a mount point, from /proc/self/mountinfo.
+pub fn is_mountpoint(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = path.as_os_str().as_bytes();
+    info.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .map(|m| unescape_mountinfo(m).as_slice() == want)
+            .unwrap_or(false)
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as \ooo.
+fn unescape_mountinfo(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') as u32 * 64
+                + (b[i + 2] - b'0') as u32 * 8
+                + (b[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping() {
+        assert_eq!(escape(Path::new("/a:b\\c")).unwrap(), "/a\\:b\\\\c");
+        assert!(escape(Path::new("/a,b")).is_err());
+        assert_eq!(unescape_mountinfo("/a\\040b"), b"/a b");
+    }
+}

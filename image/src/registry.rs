@@ -1,0 +1,658 @@
+//! A client for the OCI distribution protocol, just the pull half: resolve a
+//! manifest, stream a blob. Written on reqwest rather than through oci-client
+//! because the CRI needs things that crate keeps out of reach: per-request
+//! credentials (all four AuthConfig forms, including the OAuth2 refresh-token
+//! flow for `identity_token`), mirrors given as endpoint URLs tried in order,
+//! plain HTTP per host, and bounded manifest sizes.
+//!
+//! Auth: a request goes out anonymously (or with `registry_token` as a bearer
+//! token); on 401 the `WWW-Authenticate` challenge decides: `Basic` retries with
+//! the username/password, `Bearer` fetches a token from the realm (GET with
+//! basic auth, or POST with the refresh token) and retries. Tokens are cached
+//! per endpoint for the life of one pull. Credentials are only ever sent to the
+//! registry the reference names, never to a mirror, and never over plain HTTP
+//! to a token realm unless the registry itself is plain HTTP.
+
+use crate::oci;
+use crate::reference::Reference;
+use crate::Error;
+use base64::Engine as _;
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Registry settings from the daemon's config (`[registry]`).
+#[derive(Debug, Clone, Default)]
+pub struct RegistryConfig {
+    /// `host[:port]` spoken to over plain HTTP. localhost, 127.0.0.0/8 and
+    /// [::1] always are.
+    pub insecure: Vec<String>,
+    /// Registry host (as in the reference: `docker.io`, `registry.k8s.io`; `*`
+    /// for every registry) -> endpoint URLs (`http://127.0.0.1:5055`) tried in
+    /// order before the registry itself.
+    pub mirrors: HashMap<String, Vec<String>>,
+}
+
+/// Credentials from the CRI AuthConfig. Empty strings mean "not given".
+#[derive(Clone, Default)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+    /// base64 of `username:password`.
+    pub auth: String,
+    /// An OAuth2 refresh token, exchanged at the registry's token realm.
+    pub identity_token: String,
+    /// A bearer token sent to the registry as it is.
+    pub registry_token: String,
+    pub server_address: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("server_address", &self.server_address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// (user, password) from either the plain fields or `auth`.
+    fn basic(&self) -> Option<(String, String)> {
+        if !self.username.is_empty() || !self.password.is_empty() {
+            return Some((self.username.clone(), self.password.clone()));
+        }
+        if !self.auth.is_empty() {
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(self.auth.trim())
+                .ok()?;
+            let s = String::from_utf8(decoded).ok()?;
+            let (u, p) = s.split_once(':')?;
+            return Some((u.to_string(), p.to_string()));
+        }
+        None
+    }
+}
+
+pub(crate) const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+
+pub(crate) fn build_client() -> Result<reqwest::Client, Error> {
+    reqwest::Client::builder()
+        .user_agent(concat!("peapod/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(30))
+        // An idle timeout, not a total one: big layers may take long, stalls may not.
+        .read_timeout(Duration::from_secs(120))
+        .build()
+        .map_err(|e| Error::Registry {
+            url: String::new(),
+            message: format!("building HTTP client: {e}"),
+        })
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    let h = strip_port(host);
+    h == "localhost" || h.starts_with("127.") || h == "[::1]" || h == "::1"
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return match host.find(']') {
+            Some(i) => &host[..=i],
+            None => host,
+        };
+    }
+    host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
+}
+
+impl RegistryConfig {
+    fn is_insecure(&self, host: &str) -> bool {
+        is_loopback_host(host)
+            || self
+                .insecure
+                .iter()
+                .any(|i| i == host || i == strip_port(host))
+    }
+
+    /// The endpoints for a reference: mirrors first, then the registry itself.
+    pub(crate) fn endpoints(&self, r: &Reference) -> Vec<Endpoint> {
+        let mut out = Vec::new();
+        let mirrors = self
+            .mirrors
+            .get(&r.domain)
+            .into_iter()
+            .chain(self.mirrors.get("*"))
+            .flatten();
+        for m in mirrors {
+            let (scheme, rest) = match m.split_once("://") {
+                Some((s, rest)) => (s.to_string(), rest),
+                None => {
+                    let host = m.split('/').next().unwrap_or(m);
+                    let s = if self.is_insecure(host) {
+                        "http"
+                    } else {
+                        "https"
+                    };
+                    (s.to_string(), m.as_str())
+                }
+            };
+            let rest = rest.trim_end_matches('/');
+            let rest = rest.strip_suffix("/v2").unwrap_or(rest);
+            let host = rest.split('/').next().unwrap_or(rest).to_string();
+            out.push(Endpoint {
+                base: format!("{scheme}://{rest}"),
+                host,
+                mirror: true,
+                namespace: r.domain.clone(),
+            });
+        }
+        let host = r.registry_host().to_string();
+        let scheme = if self.is_insecure(&host) {
+            "http"
+        } else {
+            "https"
+        };
+        out.push(Endpoint {
+            base: format!("{scheme}://{host}"),
+            host,
+            mirror: false,
+            namespace: r.domain.clone(),
+        });
+        out
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    /// `scheme://host[:port][/prefix]`, without the `/v2`.
+    pub base: String,
+    pub host: String,
+    pub mirror: bool,
+    /// The registry the content belongs to; sent to mirrors as `?ns=`, as containerd does.
+    pub namespace: String,
+}
+
+/// One pull's view of the registry: endpoints, credentials, cached tokens.
+pub(crate) struct Session {
+    client: reqwest::Client,
+    repo: String,
+    creds: Option<Credentials>,
+    pub endpoints: Vec<Endpoint>,
+    /// Endpoint base -> Authorization header value.
+    auth: Mutex<HashMap<String, String>>,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Challenge {
+    pub scheme: String,
+    pub params: HashMap<String, String>,
+}
+
+/// Parses `Bearer realm="https://auth",service="registry",scope="repository:x:pull"`.
+pub(crate) fn parse_challenge(h: &str) -> Option<Challenge> {
+    let h = h.trim();
+    let (scheme, rest) = h.split_once(' ').unwrap_or((h, ""));
+    let mut params = HashMap::new();
+    let mut s = rest.trim();
+    while !s.is_empty() {
+        let eq = s.find('=')?;
+        let key = s[..eq].trim().to_ascii_lowercase();
+        s = &s[eq + 1..];
+        let value;
+        if let Some(q) = s.strip_prefix('"') {
+            let mut v = String::new();
+            let mut chars = q.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some((_, n)) = chars.next() {
+                            v.push(n);
+                        }
+                    }
+                    '"' => {
+                        end = Some(i);
+                        break;
+                    }
+                    c => v.push(c),
+                }
+            }
+            let end = end?;
+            value = v;
+            s = &q[end + 1..];
+        } else {
+            let end = s.find(',').unwrap_or(s.len());
+            value = s[..end].trim().to_string();
+            s = &s[end..];
+        }
+        params.insert(key, value);
+        s = s.trim_start().trim_start_matches(',').trim_start();
+    }
+    Some(Challenge {
+        scheme: scheme.to_ascii_lowercase(),
+        params,
+    })
+}
+
+#[derive(serde::Deserialize)]
+struct TokenResponse {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    access_token: String,
+}
+
+#[derive(serde::Deserialize)]
+struct RegistryErrors {
+    #[serde(default)]
+    errors: Vec<RegistryErrorItem>,
+}
+
+#[derive(serde::Deserialize)]
+struct RegistryErrorItem {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// Reads a response body, refusing more than `max` bytes.
+async fn read_bounded(resp: reqwest::Response, max: u64, url: &str) -> Result<Vec<u8>, Error> {
+    if resp.content_length().is_some_and(|n| n > max) {
+        return Err(Error::InvalidImage(format!(
+            "{url}: response larger than {max} bytes"
+        )));
+    }
+    let mut body = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| Error::Http {
+            url: url.to_string(),
+            source: e,
+        })?;
+        if body.len() as u64 + chunk.len() as u64 > max {
+            return Err(Error::InvalidImage(format!(
+                "{url}: response larger than {max} bytes"
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+impl Session {
+    pub fn new(
+        client: reqwest::Client,
+        cfg: &RegistryConfig,
+        r: &Reference,
+        creds: Option<&Credentials>,
+    ) -> Session {
+        let endpoints = cfg.endpoints(r);
+        let mut auth = HashMap::new();
+        if let Some(c) = creds {
+            if !c.registry_token.is_empty() {
+                if let Some(ep) = endpoints.iter().find(|e| !e.mirror) {
+                    auth.insert(ep.base.clone(), format!("Bearer {}", c.registry_token));
+                }
+            }
+        }
+        Session {
+            client,
+            repo: r.path.clone(),
+            creds: creds.cloned(),
+            endpoints,
+            auth: Mutex::new(auth),
+        }
+    }
+
+    fn url(&self, ep: &Endpoint, tail: &str) -> String {
+        let mut u = format!("{}/v2/{}/{}", ep.base, self.repo, tail);
+        if ep.mirror {
+            u.push_str("?ns=");
+            u.push_str(&ep.namespace);
+        }
+        u
+    }
+
+    fn cached_auth(&self, ep: &Endpoint) -> Option<String> {
+        self.auth.lock().ok()?.get(&ep.base).cloned()
+    }
+
+    /// GET with auth handling and error mapping; returns a 2xx response.
+    async fn get(
+        &self,
+        ep: &Endpoint,
+        tail: &str,
+        accept: Option<&str>,
+    ) -> Result<reqwest::Response, Error> {
+        let url = self.url(ep, tail);
+        let send = |auth: Option<String>| {
+            let mut req = self.client.get(&url);
+            if let Some(a) = accept {
+                req = req.header(reqwest::header::ACCEPT, a);
+            }
+            if let Some(a) = auth {
+                req = req.header(reqwest::header::AUTHORIZATION, a);
+            }
+            req.send()
+        };
+        let http_err = |e| Error::Http {
+            url: url.clone(),
+            source: e,
+        };
+        let mut resp = send(self.cached_auth(ep)).await.map_err(http_err)?;
+        if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
+            let challenge = resp
+                .headers()
+                .get(reqwest::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_challenge);
+            let Some(challenge) = challenge else {
+                return Err(self.status_error(ep, &url, resp).await);
+            };
+            let header = self.authenticate(ep, &challenge).await?;
+            resp = send(Some(header)).await.map_err(http_err)?;
+        }
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        Err(self.status_error(ep, &url, resp).await)
+    }
+
+    async fn status_error(&self, ep: &Endpoint, url: &str, resp: reqwest::Response) -> Error {
+        let status = resp.status();
+        let body = read_bounded(resp, 64 * 1024, url).await.unwrap_or_default();
+        let detail = serde_json::from_slice::<RegistryErrors>(&body)
+            .ok()
+            .and_then(|e| e.errors.into_iter().next())
+            .map(|e| format!("{} {}", e.code, e.message).trim().to_string())
+            .unwrap_or_else(|| {
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+                    .trim()
+                    .to_string()
+            });
+        let message = if detail.is_empty() {
+            status.to_string()
+        } else {
+            format!("{status}: {detail}")
+        };
+        match status {
+            reqwest::StatusCode::UNAUTHORIZED => Error::Unauthenticated {
+                registry: ep.host.clone(),
+                message,
+            },
+            reqwest::StatusCode::FORBIDDEN => Error::PermissionDenied {
+                registry: ep.host.clone(),
+                message,
+            },
+            reqwest::StatusCode::NOT_FOUND => Error::NotFound(format!("{url}: {message}")),
+            _ => Error::Registry {
+                url: url.to_string(),
+                message,
+            },
+        }
+    }
+
+    /// Answers a 401 challenge; caches and returns the Authorization header.
+    async fn authenticate(&self, ep: &Endpoint, ch: &Challenge) -> Result<String, Error> {
+        // Credentials are for the registry the reference names, not for mirrors.
+        let creds = if ep.mirror { None } else { self.creds.as_ref() };
+        let unauth = |message: String| Error::Unauthenticated {
+            registry: ep.host.clone(),
+            message,
+        };
+        let header = match ch.scheme.as_str() {
+            "basic" => {
+                let (u, p) = creds.and_then(Credentials::basic).ok_or_else(|| {
+                    unauth(
+                        "the registry requires credentials (basic auth) and none were given".into(),
+                    )
+                })?;
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+                )
+            }
+            "bearer" => {
+                let realm = ch
+                    .params
+                    .get("realm")
+                    .ok_or_else(|| unauth("bearer challenge without a realm".into()))?;
+                let realm_url = reqwest::Url::parse(realm)
+                    .map_err(|e| unauth(format!("bad token realm {realm:?}: {e}")))?;
+                let has_secret =
+                    creds.is_some_and(|c| !c.identity_token.is_empty() || c.basic().is_some());
+                if has_secret && realm_url.scheme() != "https" && !ep.base.starts_with("http://") {
+                    return Err(unauth(format!(
+                        "refusing to send credentials to non-TLS token realm {realm}"
+                    )));
+                }
+                let scope = ch
+                    .params
+                    .get("scope")
+                    .cloned()
+                    .unwrap_or_else(|| format!("repository:{}:pull", self.repo));
+                let service = ch.params.get("service").cloned().unwrap_or_default();
+                let resp = match creds {
+                    Some(c) if !c.identity_token.is_empty() => {
+                        let form = [
+                            ("grant_type", "refresh_token"),
+                            ("refresh_token", c.identity_token.as_str()),
+                            ("service", service.as_str()),
+                            ("scope", scope.as_str()),
+                            ("client_id", "peapod"),
+                        ];
+                        self.client.post(realm_url.clone()).form(&form).send().await
+                    }
+                    _ => {
+                        let mut req = self
+                            .client
+                            .get(realm_url.clone())
+                            .query(&[("scope", &scope)]);
+                        if !service.is_empty() {
+                            req = req.query(&[("service", &service)]);
+                        }
+                        if let Some((u, p)) = creds.and_then(Credentials::basic) {
+                            req = req.basic_auth(u, Some(p));
+                        }
+                        req.send().await
+                    }
+                }
+                .map_err(|e| Error::Http {
+                    url: realm.clone(),
+                    source: e,
+                })?;
+                let status = resp.status();
+                let body = read_bounded(resp, 1 << 20, realm).await?;
+                if !status.is_success() {
+                    let msg = format!(
+                        "token request to {realm} failed: {status}: {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+                    );
+                    return Err(if status == reqwest::StatusCode::FORBIDDEN {
+                        Error::PermissionDenied {
+                            registry: ep.host.clone(),
+                            message: msg,
+                        }
+                    } else {
+                        unauth(msg)
+                    });
+                }
+                let tok: TokenResponse = serde_json::from_slice(&body)
+                    .map_err(|e| Error::json(format!("token response from {realm}"), e))?;
+                let t = if tok.token.is_empty() {
+                    tok.access_token
+                } else {
+                    tok.token
+                };
+                if t.is_empty() {
+                    return Err(unauth(format!("token response from {realm} has no token")));
+                }
+                format!("Bearer {t}")
+            }
+            other => return Err(unauth(format!("unsupported auth scheme {other:?}"))),
+        };
+        if let Ok(mut m) = self.auth.lock() {
+            m.insert(ep.base.clone(), header.clone());
+        }
+        Ok(header)
+    }
+
+    /// Fetches a manifest (or index) by tag or digest, trying endpoints in
+    /// order. Returns the body, its media type and the endpoint that served it.
+    /// When `reference` is a digest, the body is verified against it.
+    pub async fn manifest(
+        &self,
+        reference: &str,
+    ) -> Result<(Vec<u8>, Option<String>, usize), Error> {
+        let mut last = None;
+        for (i, ep) in self.endpoints.iter().enumerate() {
+            let res = async {
+                let resp = self
+                    .get(ep, &format!("manifests/{reference}"), Some(MANIFEST_ACCEPT))
+                    .await?;
+                let ct = resp
+                    .headers()
+                    .get(reqwest::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(|s| s.split(';').next().unwrap_or(s).trim().to_string());
+                let url = self.url(ep, &format!("manifests/{reference}"));
+                let body = read_bounded(resp, oci::MAX_MANIFEST_BYTES, &url).await?;
+                if reference.starts_with("sha256:") {
+                    crate::digest::verify(&format!("manifest {url}"), reference, &body)?;
+                }
+                Ok::<_, Error>((body, ct))
+            }
+            .await;
+            match res {
+                Ok((body, ct)) => return Ok((body, ct, i)),
+                Err(e) if ep.mirror => {
+                    tracing::warn!(mirror = %ep.base, error = %e, "mirror failed, trying next endpoint");
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last
+            .unwrap_or_else(|| Error::NotFound(format!("no endpoint for manifest {reference}"))))
+    }
+
+    /// Starts a blob download, preferring the endpoint that served the manifest.
+    pub async fn blob(&self, digest: &str, preferred: usize) -> Result<reqwest::Response, Error> {
+        let mut order: Vec<usize> = vec![preferred];
+        order.extend((0..self.endpoints.len()).filter(|&i| i != preferred));
+        let mut last = None;
+        for i in order {
+            let Some(ep) = self.endpoints.get(i) else {
+                continue;
+            };
+            match self.get(ep, &format!("blobs/{digest}"), None).await {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    tracing::debug!(endpoint = %ep.base, %digest, error = %e, "blob fetch failed");
+                    let fatal = !ep.mirror
+                        && matches!(
+                            e.kind(),
+                            crate::ErrorKind::Unauthenticated | crate::ErrorKind::PermissionDenied
+                        );
+                    last = Some(e);
+                    if fatal {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::NotFound(format!("blob {digest}"))))
+    }
+
+    /// Fetches a small blob (a config) into memory, bounded and verified.
+    pub async fn small_blob(
+        &self,
+        digest: &str,
+        preferred: usize,
+        max: u64,
+    ) -> Result<Vec<u8>, Error> {
+        let resp = self.blob(digest, preferred).await?;
+        let url = resp.url().to_string();
+        let body = read_bounded(resp, max, &url).await?;
+        crate::digest::verify(&format!("blob {digest}"), digest, &body)?;
+        Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn challenges() {
+        let c = parse_challenge(r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/busybox:pull""#).unwrap();
+        assert_eq!(c.scheme, "bearer");
+        assert_eq!(c.params["realm"], "https://auth.docker.io/token");
+        assert_eq!(c.params["service"], "registry.docker.io");
+        assert_eq!(c.params["scope"], "repository:library/busybox:pull");
+        let c = parse_challenge(r#"Basic realm="Registry Realm""#).unwrap();
+        assert_eq!(c.scheme, "basic");
+        assert_eq!(c.params["realm"], "Registry Realm");
+        let c = parse_challenge(r#"Bearer realm="a\"b", error=insufficient_scope"#).unwrap();
+        assert_eq!(c.params["realm"], "a\"b");
+        assert_eq!(c.params["error"], "insufficient_scope");
+    }
+
+    #[test]
+    fn endpoints_and_schemes() {
+        let mut cfg = RegistryConfig {
+            insecure: vec!["myreg:5000".into(), "plain.example".into()],
+            mirrors: HashMap::new(),
+        };
+        cfg.mirrors.insert(
+            "docker.io".into(),
+            vec!["http://127.0.0.1:5055/".into(), "mirror.example/v2".into()],
+        );
+        let r = Reference::parse("busybox").unwrap();
+        let eps = cfg.endpoints(&r);
+        let bases: Vec<_> = eps.iter().map(|e| e.base.as_str()).collect();
+        assert_eq!(
+            bases,
+            vec![
+                "http://127.0.0.1:5055",
+                "https://mirror.example",
+                "https://registry-1.docker.io"
+            ]
+        );
+        assert!(eps[0].mirror && !eps[2].mirror);
+        let base = |s: &str| {
+            cfg.endpoints(&Reference::parse(s).unwrap())
+                .last()
+                .unwrap()
+                .base
+                .clone()
+        };
+        assert_eq!(base("localhost:5000/x"), "http://localhost:5000");
+        assert_eq!(base("127.0.0.1:41000/x"), "http://127.0.0.1:41000");
+        assert_eq!(base("myreg:5000/x"), "http://myreg:5000");
+        assert_eq!(base("myreg:5001/x"), "https://myreg:5001");
+        assert_eq!(base("plain.example:8080/x"), "http://plain.example:8080");
+        assert_eq!(base("quay.io/x/y"), "https://quay.io");
+    }
+
+    #[test]
+    fn credentials_forms() {
+        let c = Credentials {
+            auth: base64::engine::general_purpose::STANDARD.encode("u:p:w"),
+            ..Default::default()
+        };
+        assert_eq!(c.basic(), Some(("u".into(), "p:w".into())));
+        let c = Credentials {
+            username: "a".into(),
+            password: "s3cret-pw".into(),
+            ..Default::default()
+        };
+        assert_eq!(c.basic(), Some(("a".into(), "s3cret-pw".into())));
+        assert_eq!(Credentials::default().basic(), None);
+        assert!(
+            !format!("{c:?}").contains("s3cret"),
+            "password must not be printed"
+        );
+    }
+}
