@@ -532,7 +532,11 @@ impl FrameDecoder {
             TYPE_GOAWAY => {
                 need(p, 4, "GOAWAY")?;
                 let last_good_stream_id = p.get_u32() & 0x7fff_ffff;
-                let status = if p.len() >= 4 { p.get_u32() } else { goaway::OK };
+                let status = if p.len() >= 4 {
+                    p.get_u32()
+                } else {
+                    goaway::OK
+                };
                 Frame::GoAway {
                     last_good_stream_id,
                     status,
@@ -822,8 +826,12 @@ mod tests {
         let mut b = BytesMut::from(&[0, 0, 0, 0, 0, 0, 0, 1, 0][..]);
         assert!(dec.decode(&mut b).is_err());
         let mut dec = FrameDecoder::new(1024, 1024);
-        let mut b = BytesMut::from(&[0x80, 0x03, 0x00, 0x04, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff][..]);
-        assert!(dec.decode(&mut b).is_err(), "SETTINGS count beyond its length");
+        let mut b =
+            BytesMut::from(&[0x80, 0x03, 0x00, 0x04, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff][..]);
+        assert!(
+            dec.decode(&mut b).is_err(),
+            "SETTINGS count beyond its length"
+        );
         let mut dec = FrameDecoder::new(1024, 1024);
         let mut b = BytesMut::from(&[0x80, 0x03, 0x00, 0x06, 0, 0, 0, 2, 0, 0][..]);
         assert!(dec.decode(&mut b).is_err(), "short PING");

@@ -318,7 +318,10 @@ mod tests {
     fn repeated_names_are_nul_joined_and_split_back() {
         let h = Headers::new().with("a", "1").with("b", "x").with("a", "2");
         let back = Headers::decode_block(&h.encode_block()).unwrap();
-        assert_eq!(back.iter().collect::<Vec<_>>(), vec![("a", "1"), ("a", "2"), ("b", "x")]);
+        assert_eq!(
+            back.iter().collect::<Vec<_>>(),
+            vec![("a", "1"), ("a", "2"), ("b", "x")]
+        );
     }
 
     /// Two consecutive blocks made by C zlib (level 9, SPDY dictionary, sync flush) on one
@@ -356,7 +359,11 @@ mod tests {
                 .with("streamtype", "data")
                 .with("port", format!("{}", 8000 + i))
                 .with("requestid", format!("{i}"));
-            let block = if i == 0 { first.clone() } else { c.compress(&h).unwrap() };
+            let block = if i == 0 {
+                first.clone()
+            } else {
+                c.compress(&h).unwrap()
+            };
             let back = d.decompress(&block).unwrap();
             if i == 0 {
                 assert_eq!(back.get("streamtype"), Some("error"));
@@ -370,7 +377,9 @@ mod tests {
     fn large_blocks_round_trip() {
         let mut c = HeaderCompressor::new();
         let mut d = HeaderDecompressor::new(1024 * 1024);
-        let big: String = (0..100_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let big: String = (0..100_000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
         let h = Headers::new().with("x-big", big.clone());
         let back = d.decompress(&c.compress(&h).unwrap()).unwrap();
         assert_eq!(back.get("x-big"), Some(big.as_str()));
@@ -392,6 +401,8 @@ mod tests {
         assert!(Headers::decode_block(&unhex("00000001ffffffff00000000")).is_err());
         assert!(Headers::decode_block(&unhex("0000000100000001")).is_err());
         assert!(Headers::decode_block(&unhex("00")).is_err());
-        assert!(HeaderDecompressor::new(1024).decompress(b"garbage!").is_err());
+        assert!(HeaderDecompressor::new(1024)
+            .decompress(b"garbage!")
+            .is_err());
     }
 }
