@@ -14,7 +14,14 @@ fn main() {
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
     let status = Command::new(rustc)
         .args(["--edition", "2021", "--crate-name", "pause"])
-        .args(["-C", "opt-level=2", "-C", "panic=abort", "-C", "strip=symbols"])
+        .args([
+            "-C",
+            "opt-level=2",
+            "-C",
+            "panic=abort",
+            "-C",
+            "strip=symbols",
+        ])
         .args(["-C", "target-feature=+crt-static", "-C", "debuginfo=0"])
         .arg(source)
         .arg("-o")

@@ -3,6 +3,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Records persist the CRI configs as JSON, and verbose status prints them.
+        .type_attribute(".", "#[derive(serde::Serialize, serde::Deserialize)]")
+        .message_attribute(".", "#[serde(default)]")
         .compile_protos(&["proto/api.proto"], &["proto"])?;
     Ok(())
 }

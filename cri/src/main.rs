@@ -1,1 +1,159 @@
-fn main() {}
+//! The `peapod` command: the daemon (`serve`) and its command-line tools.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use peapod::config::{Config, DEFAULT_CONFIG_PATH, DEFAULT_TOML};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "peapod", version, about = "A Kubernetes CRI container runtime")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon: serve CRI v1 on a unix socket.
+    Serve(ServeArgs),
+    /// Configuration helpers.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the full default configuration, with a comment per key.
+    Default,
+    /// Print the configuration the daemon would use (file and flags merged).
+    Show(ServeArgs),
+}
+
+#[derive(clap::Args, Clone)]
+struct ServeArgs {
+    /// Configuration file (TOML).
+    #[arg(long, default_value = DEFAULT_CONFIG_PATH)]
+    config: PathBuf,
+    /// Persistent state directory.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Runtime state directory (sockets, netns pins, bundles).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// The CRI socket.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// CNI configuration directory.
+    #[arg(long)]
+    cni_conf_dir: Option<PathBuf>,
+    /// CNI plugin directories (repeatable).
+    #[arg(long)]
+    cni_bin_dir: Vec<PathBuf>,
+    /// The OCI runtime CLI.
+    #[arg(long)]
+    runtime: Option<String>,
+    /// Log filter (tracing EnvFilter syntax).
+    #[arg(long)]
+    log_level: Option<String>,
+}
+
+impl ServeArgs {
+    fn config(&self) -> anyhow::Result<Config> {
+        let named = self.config.as_os_str() != DEFAULT_CONFIG_PATH;
+        let mut cfg = Config::load(&self.config, named)?;
+        if let Some(v) = &self.root {
+            cfg.root = v.clone();
+        }
+        if let Some(v) = &self.state {
+            cfg.state = v.clone();
+        }
+        match &self.socket {
+            Some(v) => cfg.socket = v.clone(),
+            // A --state without --socket keeps the socket inside it, so that two daemons
+            // with different state directories never fight over one socket.
+            None if self.state.is_some() => cfg.socket = cfg.state.join("peapod.sock"),
+            None => {}
+        }
+        if let Some(v) = &self.cni_conf_dir {
+            cfg.cni.conf_dir = v.clone();
+        }
+        if !self.cni_bin_dir.is_empty() {
+            cfg.cni.bin_dirs = self.cni_bin_dir.clone();
+        }
+        if let Some(v) = &self.runtime {
+            cfg.runtime.path = v.clone();
+        }
+        if let Some(v) = &self.log_level {
+            cfg.log_level = v.clone();
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let cfg = args.config()?;
+    init_logging(&cfg.log_level);
+    let socket = cfg.socket.clone();
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), root = %cfg.root.display(), state = %cfg.state.display(), "peapod starting");
+    let rt = peapod::runtime::Runtime::new(cfg).context("initialise the runtime")?;
+    let shutdown = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            std::future::pending::<()>().await;
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        // Pods keep running: their shims are not the daemon's children.
+        tracing::info!("signal received; stopping the CRI server, leaving pods running");
+    };
+    peapod::server::serve(rt, &socket, shutdown).await
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Config {
+            command: ConfigCommand::Default,
+        } => {
+            print!("{DEFAULT_TOML}");
+            Ok(())
+        }
+        Command::Config {
+            command: ConfigCommand::Show(args),
+        } => {
+            let cfg = args.config()?;
+            print!(
+                "{}",
+                toml::to_string_pretty(&cfg).context("encode configuration")?
+            );
+            Ok(())
+        }
+        Command::Serve(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .context("build the async runtime")?;
+            runtime.block_on(serve(args))
+        }
+    }
+}

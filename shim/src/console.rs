@@ -147,7 +147,11 @@ impl AsyncRead for AsyncFile {
 }
 
 impl AsyncWrite for AsyncFile {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
         loop {
             let mut guard = match self.inner.poll_write_ready(cx) {
                 Poll::Ready(g) => g?,

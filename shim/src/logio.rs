@@ -8,8 +8,8 @@
 
 use peapod_shim::timefmt;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The longest line written as one log entry (containerd's default `max_container_log_line_size`).

@@ -11,8 +11,8 @@
 //! when `runc create` or `runc exec --detach` returns, and it reaps them itself.
 
 mod console;
-mod oom;
 mod logio;
+mod oom;
 mod reaper;
 mod runc;
 mod service;

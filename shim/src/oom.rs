@@ -77,7 +77,8 @@ mod tests {
 
     #[test]
     fn finds_the_memory_cgroup_on_v1_hybrid_and_v2() {
-        let hybrid = "12:pids:/kubepods/pod1/abc\n4:memory:/kubepods/pod1/abc\n1:name=systemd:/x\n0::/\n";
+        let hybrid =
+            "12:pids:/kubepods/pod1/abc\n4:memory:/kubepods/pod1/abc\n1:name=systemd:/x\n0::/\n";
         assert_eq!(
             memory_cgroup(hybrid),
             Some((true, "/kubepods/pod1/abc".to_string()))

@@ -255,7 +255,10 @@ pub mod attach {
                 .unwrap();
             drop(a);
             for f in &sent {
-                assert_eq!(ClientFrame::read_from(&mut b).await.unwrap().as_ref(), Some(f));
+                assert_eq!(
+                    ClientFrame::read_from(&mut b).await.unwrap().as_ref(),
+                    Some(f)
+                );
             }
             assert_eq!(ClientFrame::read_from(&mut b).await.unwrap(), None);
         }
@@ -265,10 +268,14 @@ pub mod attach {
             let (mut a, mut b) = tokio::io::duplex(64);
             let mut header = vec![STDIN];
             header.extend_from_slice(&(u32::MAX).to_be_bytes());
-            tokio::io::AsyncWriteExt::write_all(&mut a, &header).await.unwrap();
+            tokio::io::AsyncWriteExt::write_all(&mut a, &header)
+                .await
+                .unwrap();
             assert!(ClientFrame::read_from(&mut b).await.is_err());
             let (mut a, mut b) = tokio::io::duplex(64);
-            tokio::io::AsyncWriteExt::write_all(&mut a, &[99, 0, 0, 0, 0]).await.unwrap();
+            tokio::io::AsyncWriteExt::write_all(&mut a, &[99, 0, 0, 0, 0])
+                .await
+                .unwrap();
             assert!(ServerFrame::read_from(&mut b).await.is_err());
         }
     }

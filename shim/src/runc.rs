@@ -134,7 +134,10 @@ impl Runc {
             runtime: self.binary.clone(),
             source,
         };
-        let (out, err) = (memfd("runc-out").map_err(spawn_err)?, memfd("runc-err").map_err(spawn_err)?);
+        let (out, err) = (
+            memfd("runc-out").map_err(spawn_err)?,
+            memfd("runc-err").map_err(spawn_err)?,
+        );
         match io {
             Some(io) => {
                 cmd.stdin(io.stdin).stdout(io.stdout).stderr(io.stderr);
@@ -257,7 +260,10 @@ impl Runc {
 
     pub async fn update(&self, id: &str, resources_json: &Path) -> Result<(), RuncError> {
         let mut cmd = self.base(None);
-        cmd.arg("update").arg("--resources").arg(resources_json).arg(id);
+        cmd.arg("update")
+            .arg("--resources")
+            .arg(resources_json)
+            .arg(id);
         self.run(cmd, None, None).await.map(|_| ())
     }
 
@@ -295,7 +301,12 @@ mod tests {
 {"level":"error","msg":"container_linux.go: starting container process caused: exec: \"nope\": executable file not found in $PATH","time":"x"}
 not json
 "#;
-        assert!(last_logged_error(log).unwrap().contains("executable file not found"));
-        assert_eq!(last_logged_error("{\"level\":\"info\",\"msg\":\"x\"}"), None);
+        assert!(last_logged_error(log)
+            .unwrap()
+            .contains("executable file not found"));
+        assert_eq!(
+            last_logged_error("{\"level\":\"info\",\"msg\":\"x\"}"),
+            None
+        );
     }
 }

@@ -128,9 +128,8 @@ impl Shim {
         let bundle = PathBuf::from(&req.bundle);
         let mut options = match req.options.as_ref() {
             Some(any) if any.type_url == protocol::CREATE_OPTIONS_TYPE_URL => {
-                serde_json::from_slice::<CreateOptions>(&any.value).map_err(|e| {
-                    status(Code::INVALID_ARGUMENT, format!("create options: {e}"))
-                })?
+                serde_json::from_slice::<CreateOptions>(&any.value)
+                    .map_err(|e| status(Code::INVALID_ARGUMENT, format!("create options: {e}")))?
             }
             Some(any) => {
                 return Err(status(
@@ -156,11 +155,18 @@ impl Shim {
         .map_err(|e| status(Code::INTERNAL, format!("container stdio: {e}")))?;
         let pid_file = bundle.join("init.pid");
         let mut prepared = prepared;
-        let process_io = std::mem::replace(&mut prepared.process_io, crate::runc::ProcessIo::null());
+        let process_io =
+            std::mem::replace(&mut prepared.process_io, crate::runc::ProcessIo::null());
         let console_path = prepared.console.as_ref().map(|c| c.path().to_path_buf());
         if let Err(err) = self
             .runc
-            .create(&req.id, &bundle, &pid_file, console_path.as_deref(), process_io)
+            .create(
+                &req.id,
+                &bundle,
+                &pid_file,
+                console_path.as_deref(),
+                process_io,
+            )
             .await
         {
             let _ = self.runc.delete(&req.id, true).await;
@@ -187,7 +193,9 @@ impl Shim {
         };
         let (stop_attach, stop_rx) = watch::channel(false);
         if !options.attach_socket.is_empty() {
-            if let Err(err) = stdio::serve_attach(Path::new(&options.attach_socket), io.clone(), stop_rx) {
+            if let Err(err) =
+                stdio::serve_attach(Path::new(&options.attach_socket), io.clone(), stop_rx)
+            {
                 let _ = self.runc.delete(&req.id, true).await;
                 return Err(status(Code::INTERNAL, format!("attach socket: {err}")));
             }
@@ -208,7 +216,10 @@ impl Shim {
                 oom_killed: oom.as_ref().is_some_and(|o| o.fired()),
             };
             if let Err(err) = record.write(&exit_file) {
-                eprintln!("peapod-shim: recording the exit in {}: {err}", exit_file.display());
+                eprintln!(
+                    "peapod-shim: recording the exit in {}: {err}",
+                    exit_file.display()
+                );
             }
             let _ = exit_tx.send(Some(record));
         });
@@ -251,7 +262,11 @@ impl Shim {
             }
             (e.request.clone(), c.bundle.clone())
         };
-        let spec = request.spec.as_ref().map(|a| a.value.clone()).unwrap_or_default();
+        let spec = request
+            .spec
+            .as_ref()
+            .map(|a| a.value.clone())
+            .unwrap_or_default();
         let process_json = bundle.join(format!("exec-{exec_id}.json"));
         let pid_file = bundle.join(format!("exec-{exec_id}.pid"));
         std::fs::write(&process_json, &spec)
@@ -273,11 +288,18 @@ impl Shim {
                 return Err(status(Code::INTERNAL, format!("exec stdio: {e}")));
             }
         };
-        let process_io = std::mem::replace(&mut prepared.process_io, crate::runc::ProcessIo::null());
+        let process_io =
+            std::mem::replace(&mut prepared.process_io, crate::runc::ProcessIo::null());
         let console_path = prepared.console.as_ref().map(|c| c.path().to_path_buf());
         let result = self
             .runc
-            .exec(id, &process_json, &pid_file, console_path.as_deref(), process_io)
+            .exec(
+                id,
+                &process_json,
+                &pid_file,
+                console_path.as_deref(),
+                process_io,
+            )
             .await;
         let pid = std::fs::read_to_string(&pid_file)
             .ok()
@@ -286,7 +308,8 @@ impl Shim {
         if let Err(err) = result {
             return Err(status(Code::UNKNOWN, err));
         }
-        let pid = pid.ok_or_else(|| status(Code::INTERNAL, "the runtime wrote no exec pid file"))?;
+        let pid =
+            pid.ok_or_else(|| status(Code::INTERNAL, "the runtime wrote no exec pid file"))?;
         let exit_code = self.reaper.subscribe(pid);
         let io = prepared.start().await.ok();
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -300,7 +323,10 @@ impl Shim {
             let _ = exit_tx.send(Some((code, at)));
         });
         let mut containers = self.lock();
-        if let Some(e) = containers.get_mut(id).and_then(|c| c.execs.get_mut(exec_id)) {
+        if let Some(e) = containers
+            .get_mut(id)
+            .and_then(|c| c.execs.get_mut(exec_id))
+        {
             e.pid = pid;
             e.exit = exit_rx;
             e.io = io;
@@ -308,7 +334,11 @@ impl Shim {
         Ok(pid)
     }
 
-    fn exec_exit(&self, id: &str, exec_id: &str) -> TtrpcResult<watch::Receiver<Option<(i32, i64)>>> {
+    fn exec_exit(
+        &self,
+        id: &str,
+        exec_id: &str,
+    ) -> TtrpcResult<watch::Receiver<Option<(i32, i64)>>> {
         let containers = self.lock();
         let c = containers.get(id).ok_or_else(|| Self::not_found(id))?;
         let e = c
@@ -327,7 +357,12 @@ impl Shim {
         c.execs
             .get(exec_id)
             .and_then(|e| e.io.clone())
-            .ok_or_else(|| status(Code::NOT_FOUND, format!("exec {exec_id} has no stdio in {id}")))
+            .ok_or_else(|| {
+                status(
+                    Code::NOT_FOUND,
+                    format!("exec {exec_id} has no stdio in {id}"),
+                )
+            })
     }
 }
 
@@ -350,7 +385,10 @@ fn children_of(pid: u32) -> Vec<u32> {
     };
     for task in tasks.flatten() {
         if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
         }
     }
     out
@@ -369,7 +407,11 @@ impl Task for Shim {
         Ok(resp)
     }
 
-    async fn start(&self, _ctx: &TtrpcContext, req: api::StartRequest) -> TtrpcResult<api::StartResponse> {
+    async fn start(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::StartRequest,
+    ) -> TtrpcResult<api::StartResponse> {
         let mut resp = api::StartResponse::new();
         if !req.exec_id.is_empty() {
             resp.pid = self.start_exec(&req.id, &req.exec_id).await?;
@@ -377,7 +419,9 @@ impl Task for Shim {
         }
         let pid = {
             let containers = self.lock();
-            let c = containers.get(&req.id).ok_or_else(|| Self::not_found(&req.id))?;
+            let c = containers
+                .get(&req.id)
+                .ok_or_else(|| Self::not_found(&req.id))?;
             if c.started || c.exited().is_some() {
                 return Err(status(
                     Code::FAILED_PRECONDITION,
@@ -394,9 +438,15 @@ impl Task for Shim {
         Ok(resp)
     }
 
-    async fn state(&self, _ctx: &TtrpcContext, req: api::StateRequest) -> TtrpcResult<api::StateResponse> {
+    async fn state(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::StateRequest,
+    ) -> TtrpcResult<api::StateResponse> {
         let containers = self.lock();
-        let c = containers.get(&req.id).ok_or_else(|| Self::not_found(&req.id))?;
+        let c = containers
+            .get(&req.id)
+            .ok_or_else(|| Self::not_found(&req.id))?;
         let mut resp = api::StateResponse::new();
         resp.id = req.id.clone();
         resp.bundle = c.bundle.to_string_lossy().into_owned();
@@ -411,7 +461,10 @@ impl Task for Shim {
             }
         } else {
             let e = c.execs.get(&req.exec_id).ok_or_else(|| {
-                status(Code::NOT_FOUND, format!("exec {} not found in {}", req.exec_id, req.id))
+                status(
+                    Code::NOT_FOUND,
+                    format!("exec {} not found in {}", req.exec_id, req.id),
+                )
             })?;
             resp.exec_id = req.exec_id.clone();
             resp.pid = e.pid;
@@ -431,13 +484,22 @@ impl Task for Shim {
         Ok(resp)
     }
 
-    async fn delete(&self, _ctx: &TtrpcContext, req: api::DeleteRequest) -> TtrpcResult<api::DeleteResponse> {
+    async fn delete(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::DeleteRequest,
+    ) -> TtrpcResult<api::DeleteResponse> {
         let mut resp = api::DeleteResponse::new();
         if !req.exec_id.is_empty() {
             let mut containers = self.lock();
-            let c = containers.get_mut(&req.id).ok_or_else(|| Self::not_found(&req.id))?;
+            let c = containers
+                .get_mut(&req.id)
+                .ok_or_else(|| Self::not_found(&req.id))?;
             let e = c.execs.remove(&req.exec_id).ok_or_else(|| {
-                status(Code::NOT_FOUND, format!("exec {} not found in {}", req.exec_id, req.id))
+                status(
+                    Code::NOT_FOUND,
+                    format!("exec {} not found in {}", req.exec_id, req.id),
+                )
             })?;
             let exit = *e.exit.borrow();
             if e.pid != 0 && exit.is_none() {
@@ -452,7 +514,9 @@ impl Task for Shim {
         }
         let mut exit = {
             let containers = self.lock();
-            let c = containers.get(&req.id).ok_or_else(|| Self::not_found(&req.id))?;
+            let c = containers
+                .get(&req.id)
+                .ok_or_else(|| Self::not_found(&req.id))?;
             if c.started && c.exited().is_none() {
                 return Err(status(
                     Code::FAILED_PRECONDITION,
@@ -483,7 +547,11 @@ impl Task for Shim {
         Ok(resp)
     }
 
-    async fn pids(&self, _ctx: &TtrpcContext, req: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
+    async fn pids(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::PidsRequest,
+    ) -> TtrpcResult<api::PidsResponse> {
         let pids = self.runc.ps(&req.id).await.map_err(runc_status)?;
         let mut resp = api::PidsResponse::new();
         resp.processes = pids
@@ -517,9 +585,14 @@ impl Task for Shim {
         if !req.exec_id.is_empty() {
             let pid = {
                 let containers = self.lock();
-                let c = containers.get(&req.id).ok_or_else(|| Self::not_found(&req.id))?;
+                let c = containers
+                    .get(&req.id)
+                    .ok_or_else(|| Self::not_found(&req.id))?;
                 let e = c.execs.get(&req.exec_id).ok_or_else(|| {
-                    status(Code::NOT_FOUND, format!("exec {} not found in {}", req.exec_id, req.id))
+                    status(
+                        Code::NOT_FOUND,
+                        format!("exec {} not found in {}", req.exec_id, req.id),
+                    )
                 })?;
                 if e.exit.borrow().is_some() || e.pid == 0 {
                     return Ok(Empty::new());
@@ -531,7 +604,9 @@ impl Task for Shim {
         }
         {
             let containers = self.lock();
-            let c = containers.get(&req.id).ok_or_else(|| Self::not_found(&req.id))?;
+            let c = containers
+                .get(&req.id)
+                .ok_or_else(|| Self::not_found(&req.id))?;
             if c.exited().is_some() {
                 return Ok(Empty::new());
             }
@@ -557,7 +632,9 @@ impl Task for Shim {
             }
         }
         let mut containers = self.lock();
-        let c = containers.get_mut(&req.id).ok_or_else(|| Self::not_found(&req.id))?;
+        let c = containers
+            .get_mut(&req.id)
+            .ok_or_else(|| Self::not_found(&req.id))?;
         if c.exited().is_some() || !c.started {
             return Err(status(
                 Code::FAILED_PRECONDITION,
@@ -583,7 +660,11 @@ impl Task for Shim {
         Ok(Empty::new())
     }
 
-    async fn resize_pty(&self, _ctx: &TtrpcContext, req: api::ResizePtyRequest) -> TtrpcResult<Empty> {
+    async fn resize_pty(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::ResizePtyRequest,
+    ) -> TtrpcResult<Empty> {
         let io = self.io_of(&req.id, &req.exec_id)?;
         let clamp = |v: u32| v.min(u16::MAX as u32) as u16;
         io.resize(clamp(req.width), clamp(req.height))
@@ -625,7 +706,11 @@ impl Task for Shim {
         Ok(Empty::new())
     }
 
-    async fn wait(&self, _ctx: &TtrpcContext, req: api::WaitRequest) -> TtrpcResult<api::WaitResponse> {
+    async fn wait(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::WaitRequest,
+    ) -> TtrpcResult<api::WaitResponse> {
         let mut resp = api::WaitResponse::new();
         if !req.exec_id.is_empty() {
             let mut exit = self.exec_exit(&req.id, &req.exec_id)?;
@@ -655,7 +740,11 @@ impl Task for Shim {
         Ok(resp)
     }
 
-    async fn connect(&self, _ctx: &TtrpcContext, req: api::ConnectRequest) -> TtrpcResult<api::ConnectResponse> {
+    async fn connect(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::ConnectRequest,
+    ) -> TtrpcResult<api::ConnectResponse> {
         let mut resp = api::ConnectResponse::new();
         resp.shim_pid = std::process::id();
         resp.version = env!("CARGO_PKG_VERSION").to_string();
@@ -714,7 +803,11 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
         .map_err(|e| format!("create {}: {e}", args.runtime_root.display()))?;
     let shutdown = Arc::new(Notify::new());
     let shim = Arc::new(Shim {
-        runc: Runc::new(args.runtime.clone(), args.runtime_root.clone(), reaper.clone()),
+        runc: Runc::new(
+            args.runtime.clone(),
+            args.runtime_root.clone(),
+            reaper.clone(),
+        ),
         args: args.clone(),
         reaper,
         containers: Mutex::new(HashMap::new()),

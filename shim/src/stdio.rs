@@ -60,12 +60,19 @@ fn set_blocking(fd: RawFd) -> io::Result<()> {
 /// process that inherits it.
 fn open_fifo(path: &str, write: bool) -> io::Result<OwnedFd> {
     let c = CString::new(path).map_err(io::Error::other)?;
-    let mode = if write { libc::O_WRONLY } else { libc::O_RDONLY };
+    let mode = if write {
+        libc::O_WRONLY
+    } else {
+        libc::O_RDONLY
+    };
     // SAFETY: open with a valid C string.
     let fd = unsafe { libc::open(c.as_ptr(), mode | libc::O_NONBLOCK | libc::O_CLOEXEC) };
     if fd < 0 {
         let err = io::Error::last_os_error();
-        return Err(io::Error::new(err.kind(), format!("open fifo {path}: {err}")));
+        return Err(io::Error::new(
+            err.kind(),
+            format!("open fifo {path}: {err}"),
+        ));
     }
     // SAFETY: fd is fresh.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -238,7 +245,9 @@ impl PreparedInit {
                     console.receive_master(),
                 )
                 .await
-                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no console from the runtime"))??;
+                .map_err(|_| {
+                    io::Error::new(io::ErrorKind::TimedOut, "no console from the runtime")
+                })??;
                 let reader = AsyncFile::new(dup(master.as_raw_fd())?)?;
                 let writer = AsyncFile::new(dup(master.as_raw_fd())?)?;
                 tasks.push(tokio::spawn(pump(
@@ -251,7 +260,10 @@ impl PreparedInit {
                 (Some(Box::new(writer) as Writer), Some(master))
             }
             None => {
-                for (fd, stream) in [(self.stdout.take(), Stream::Stdout), (self.stderr.take(), Stream::Stderr)] {
+                for (fd, stream) in [
+                    (self.stdout.take(), Stream::Stdout),
+                    (self.stderr.take(), Stream::Stderr),
+                ] {
                     if let Some(fd) = fd {
                         let reader = AsyncFile::new(fd)?;
                         tasks.push(tokio::spawn(pump(
@@ -353,12 +365,12 @@ impl PreparedExec {
                 log: None,
             }));
         };
-        let master = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            console.receive_master(),
-        )
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no console from the runtime"))??;
+        let master =
+            tokio::time::timeout(std::time::Duration::from_secs(10), console.receive_master())
+                .await
+                .map_err(|_| {
+                    io::Error::new(io::ErrorKind::TimedOut, "no console from the runtime")
+                })??;
         let reader = AsyncFile::new(dup(master.as_raw_fd())?)?;
         let stdout = match self.stdout_fifo.take() {
             Some(fd) => Some(Box::new(AsyncFile::new(fd)?) as Writer),
@@ -390,7 +402,11 @@ impl PreparedExec {
 }
 
 /// Serves attach sessions for a container on a unix socket until `stop` fires.
-pub fn serve_attach(path: &Path, io: Arc<IoHandle>, mut stop: watch::Receiver<bool>) -> io::Result<()> {
+pub fn serve_attach(
+    path: &Path,
+    io: Arc<IoHandle>,
+    mut stop: watch::Receiver<bool>,
+) -> io::Result<()> {
     let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path)?;
     let path = path.to_path_buf();

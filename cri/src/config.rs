@@ -1,0 +1,319 @@
+//! The daemon's configuration: one TOML file (default /etc/peapod/config.toml), every key
+//! optional, command-line flags override it. `peapod config default` prints [`DEFAULT_TOML`].
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/peapod/config.toml";
+
+/// The full default configuration, with a comment per key. A unit test keeps it equal to
+/// `Config::default()`.
+pub const DEFAULT_TOML: &str = r#"# peapod configuration. Every key is optional; command-line flags override this file.
+
+# Persistent state: records of pods and containers, images, unpacked layers.
+root = "/var/lib/peapod"
+# Runtime files: sockets, pinned network namespaces, bundles. Lost on reboot, as are the pods.
+state = "/run/peapod"
+# The CRI socket (mode 0660). Point crictl and the kubelet at unix://<this>.
+socket = "/run/peapod/peapod.sock"
+# Log filter for the daemon (tracing EnvFilter syntax); RUST_LOG overrides it.
+log_level = "info"
+
+[runtime]
+# The OCI runtime CLI: "runc", "crun", "youki" or a full path.
+path = "runc"
+# The per-pod shim; empty means peapod-shim next to the peapod binary, else from PATH.
+shim_path = ""
+
+[cgroup]
+# "cgroupfs" (cgroupsPath <parent>/<id>) or "systemd" (slice:prefix:name).
+driver = "cgroupfs"
+# Parent cgroup for pods whose config names none.
+default_parent = "/peapod"
+
+[sandbox]
+# The pod infra image. When the image store does not have it, peapod's built-in pause
+# binary is used and registered under this name: no pull, so air-gapped machines work.
+image = "registry.k8s.io/pause:3.10"
+
+[cni]
+# The first *.conflist, *.conf or *.json here (by name) is the pod network. When there is
+# none, a built-in bridge network is used (bridge peapod0, 10.88.0.0/16, host-local, portmap).
+conf_dir = "/etc/cni/net.d"
+# Where plugin binaries are looked up, in order.
+bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
+# Longest a single plugin invocation may take.
+plugin_timeout_seconds = 30
+# The built-in network (used only when conf_dir has no configuration).
+default_bridge = "peapod0"
+default_subnet = "10.88.0.0/16"
+
+[registry]
+# host[:port] spoken to over plain HTTP (localhost and 127.0.0.1 always are).
+insecure = []
+
+# Mirrors per registry host, tried in order before the registry itself, e.g.
+# [registry.mirrors."registry.k8s.io"]
+# endpoints = ["http://127.0.0.1:5055"]
+[registry.mirrors]
+
+[streaming]
+# Listen address of the exec/attach/port-forward server; port 0 picks a free port.
+address = "127.0.0.1:0"
+# TLS certificate and key (PEM); both empty: plain HTTP.
+tls_cert = ""
+tls_key = ""
+
+[metrics]
+# Prometheus metrics listen address; empty turns metrics off.
+address = ""
+"#;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub socket: PathBuf,
+    pub log_level: String,
+    pub runtime: RuntimeConfig,
+    pub cgroup: CgroupConfig,
+    pub sandbox: SandboxConfig,
+    pub cni: CniConfig,
+    pub registry: RegistryConfig,
+    pub streaming: StreamingConfig,
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    pub path: String,
+    pub shim_path: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    Cgroupfs,
+    Systemd,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CgroupConfig {
+    pub driver: CgroupDriver,
+    pub default_parent: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub image: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CniConfig {
+    pub conf_dir: PathBuf,
+    pub bin_dirs: Vec<PathBuf>,
+    pub plugin_timeout_seconds: u64,
+    pub default_bridge: String,
+    pub default_subnet: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Mirror {
+    pub endpoints: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryConfig {
+    pub insecure: Vec<String>,
+    pub mirrors: BTreeMap<String, Mirror>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamingConfig {
+    pub address: String,
+    pub tls_cert: String,
+    pub tls_key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub address: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root: "/var/lib/peapod".into(),
+            state: "/run/peapod".into(),
+            socket: "/run/peapod/peapod.sock".into(),
+            log_level: "info".into(),
+            runtime: RuntimeConfig::default(),
+            cgroup: CgroupConfig::default(),
+            sandbox: SandboxConfig::default(),
+            cni: CniConfig::default(),
+            registry: RegistryConfig::default(),
+            streaming: StreamingConfig::default(),
+            metrics: MetricsConfig::default(),
+        }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            path: "runc".into(),
+            shim_path: String::new(),
+        }
+    }
+}
+
+impl Default for CgroupConfig {
+    fn default() -> Self {
+        CgroupConfig {
+            driver: CgroupDriver::Cgroupfs,
+            default_parent: "/peapod".into(),
+        }
+    }
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            image: "registry.k8s.io/pause:3.10".into(),
+        }
+    }
+}
+
+impl Default for CniConfig {
+    fn default() -> Self {
+        CniConfig {
+            conf_dir: "/etc/cni/net.d".into(),
+            bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+            plugin_timeout_seconds: 30,
+            default_bridge: "peapod0".into(),
+            default_subnet: "10.88.0.0/16".into(),
+        }
+    }
+}
+
+impl Default for StreamingConfig {
+    fn default() -> Self {
+        StreamingConfig {
+            address: "127.0.0.1:0".into(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("parse {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Loads `path`; a missing file is the default configuration only when `required` is false
+    /// (the default path may be absent, a path the user named may not).
+    pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                return Ok(Config::default())
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.into(),
+                    source,
+                })
+            }
+        };
+        Config::parse(&text).map_err(|source| ConfigError::Parse {
+            path: path.into(),
+            source: Box::new(source),
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Config, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// Checks what the daemon relies on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        // Sockets live under `state` and a unix socket path is at most 107 bytes.
+        if self.state.as_os_str().len() > 64 {
+            return Err(ConfigError::Invalid(format!(
+                "state directory {} is longer than 64 bytes; unix socket paths under it would not fit",
+                self.state.display()
+            )));
+        }
+        if self.socket.as_os_str().len() > 107 {
+            return Err(ConfigError::Invalid(format!(
+                "socket path {} is longer than 107 bytes",
+                self.socket.display()
+            )));
+        }
+        if self.runtime.path.is_empty() {
+            return Err(ConfigError::Invalid("runtime.path is empty".into()));
+        }
+        if !self.cgroup.default_parent.starts_with('/') {
+            return Err(ConfigError::Invalid(
+                "cgroup.default_parent must be an absolute cgroup path".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_toml_is_the_default_config() {
+        assert_eq!(Config::parse(DEFAULT_TOML).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn partial_files_keep_defaults_and_unknown_keys_are_refused() {
+        let c = Config::parse(
+            "[runtime]\npath = \"crun\"\n[registry.mirrors.\"registry.k8s.io\"]\nendpoints = [\"http://127.0.0.1:5055\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.runtime.path, "crun");
+        assert_eq!(c.cni, CniConfig::default());
+        assert_eq!(
+            c.registry.mirrors["registry.k8s.io"].endpoints,
+            vec!["http://127.0.0.1:5055".to_string()]
+        );
+        assert!(Config::parse("[runtime]\npth = \"x\"\n").is_err());
+        assert!(Config::parse("[cgroup]\ndriver = \"nope\"\n").is_err());
+    }
+
+    #[test]
+    fn missing_default_file_is_default_but_missing_named_file_is_an_error() {
+        let p = Path::new("/nonexistent/peapod.toml");
+        assert_eq!(Config::load(p, false).unwrap(), Config::default());
+        assert!(Config::load(p, true).is_err());
+    }
+}

@@ -1,0 +1,68 @@
+//! Network namespaces pinned by a bind mount, so that they outlive any process in them.
+//!
+//! The namespace is made on a throw-away thread (`unshare(CLONE_NEWNET)` changes only the
+//! calling thread), then its `/proc/<tid>/ns/net` is bind-mounted on a file under the state
+//! directory. CNI plugins and the pause container get that path.
+
+use crate::error::{Error, Result};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use std::path::{Path, PathBuf};
+
+/// Creates a new network namespace pinned at `dir/name`.
+pub fn create(dir: &Path, name: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
+    let path = dir.join(name);
+    std::fs::File::create(&path).map_err(|e| Error::path("create netns file", &path, e))?;
+    let target = path.clone();
+    let pinned = std::thread::spawn(move || -> std::io::Result<()> {
+        unshare(CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+        let source = format!("/proc/self/task/{tid}/ns/net");
+        mount(
+            Some(source.as_str()),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(std::io::Error::from)
+    })
+    .join()
+    .map_err(|_| Error::Internal("the netns thread panicked".into()))?;
+    if let Err(e) = pinned {
+        let _ = std::fs::remove_file(&path);
+        return Err(Error::path("pin network namespace at", &path, e));
+    }
+    Ok(path)
+}
+
+/// Unpins and removes a namespace file; a missing one is fine.
+pub fn remove(path: &Path) -> Result<()> {
+    match umount2(path, MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(Error::path("unmount netns", path, e.into())),
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::path("remove netns file", path, e)),
+    }
+}
+
+/// Runs `f` on a thread that has entered the namespace at `path` (e.g. to open a socket
+/// there: a socket stays in the namespace it was created in).
+pub fn run_in<T: Send + 'static>(
+    path: &Path,
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T> {
+    let file = std::fs::File::open(path).map_err(|e| Error::path("open netns", path, e))?;
+    std::thread::spawn(move || -> std::io::Result<T> {
+        nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+        f()
+    })
+    .join()
+    .map_err(|_| Error::Internal("the netns thread panicked".into()))?
+    .map_err(|e| Error::io("in the pod network namespace", e))
+}

@@ -1,0 +1,27 @@
+//! The built-in pause root filesystem: one static binary, embedded in the daemon.
+
+use crate::error::{Error, Result};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The static pause binary built by build.rs from `pause/pause.rs`.
+pub const PAUSE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/pause"));
+
+/// The uid/gid pause runs as (the pause image's `65535:65535`).
+pub const PAUSE_USER: u32 = 65535;
+
+/// Writes `<dir>/rootfs/pause` if it is missing or differs, and returns the rootfs path.
+pub fn materialize(dir: &Path) -> Result<PathBuf> {
+    let rootfs = dir.join("rootfs");
+    let binary = rootfs.join("pause");
+    if std::fs::read(&binary).ok().as_deref() == Some(PAUSE_BINARY) {
+        return Ok(rootfs);
+    }
+    std::fs::create_dir_all(&rootfs).map_err(|e| Error::path("create", &rootfs, e))?;
+    let tmp = rootfs.join(".pause.tmp");
+    std::fs::write(&tmp, PAUSE_BINARY).map_err(|e| Error::path("write", &tmp, e))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| Error::path("chmod", &tmp, e))?;
+    std::fs::rename(&tmp, &binary).map_err(|e| Error::path("install", &binary, e))?;
+    Ok(rootfs)
+}

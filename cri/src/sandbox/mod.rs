@@ -1,0 +1,263 @@
+//! Pod sandboxes: a pinned network namespace set up by CNI, held by a pause container that
+//! runs under the pod's shim.
+
+pub mod query;
+pub mod spec;
+pub mod teardown;
+
+use crate::cgroups;
+use crate::error::{Error, Result};
+use crate::network::{files, netns};
+use crate::runtime::Runtime;
+use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
+use nix::mount::{mount, MsFlags};
+use peapod_proto::v1::{NamespaceMode, PodSandboxConfig};
+use peapod_shim::protocol::CreateOptions;
+use peapod_shim::timefmt;
+use spec::{namespace_modes, PauseInputs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Size of a pod's /dev/shm (containerd's and Docker's default).
+const SHM_SIZE: &str = "65536k";
+
+/// Checks a sandbox config; errors name the field.
+pub fn validate(config: &PodSandboxConfig, runtime_handler: &str, runtime: &Runtime) -> Result<()> {
+    let m = config
+        .metadata
+        .as_ref()
+        .ok_or_else(|| Error::invalid("config.metadata is required"))?;
+    for (field, value) in [
+        ("name", &m.name),
+        ("namespace", &m.namespace),
+        ("uid", &m.uid),
+    ] {
+        if value.is_empty() {
+            return Err(Error::invalid(format!(
+                "config.metadata.{field} is required"
+            )));
+        }
+    }
+    let handler_ok = runtime_handler.is_empty()
+        || runtime_handler == "runc"
+        || runtime_handler == runtime.runtime_handler_name();
+    if !handler_ok {
+        return Err(Error::invalid(format!(
+            "runtime_handler {runtime_handler:?} is not configured (peapod has {:?})",
+            runtime.runtime_handler_name()
+        )));
+    }
+    let (net, _, _) = namespace_modes(config);
+    if net == NamespaceMode::Container || net == NamespaceMode::Target {
+        return Err(Error::invalid(
+            "config.linux.security_context.namespace_options.network must be POD or NODE",
+        ));
+    }
+    if config.hostname.len() > 64 {
+        return Err(Error::invalid(
+            "config.hostname is longer than 64 characters",
+        ));
+    }
+    let security = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref());
+    if let Some(s) = security {
+        if s.run_as_group.is_some() && s.run_as_user.is_none() {
+            return Err(Error::invalid(
+                "config.linux.security_context.run_as_group requires run_as_user",
+            ));
+        }
+    }
+    if let Some(linux) = &config.linux {
+        for key in linux.sysctls.keys() {
+            let well_formed = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c));
+            if !well_formed {
+                return Err(Error::invalid(format!(
+                    "config.linux.sysctls has an invalid key {key:?}"
+                )));
+            }
+            if net == NamespaceMode::Node && key.starts_with("net.") {
+                return Err(Error::invalid(format!(
+                    "config.linux.sysctls: {key} cannot be set for a pod in the host network"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn mount_shm(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).map_err(|e| Error::path("create", path, e))?;
+    mount(
+        Some("shm"),
+        path,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(format!("mode=1777,size={SHM_SIZE}").as_str()),
+    )
+    .map_err(|e| Error::path("mount the pod's /dev/shm at", path, e.into()))
+}
+
+impl Runtime {
+    /// The name of the one runtime handler peapod has (the OCI runtime's file name).
+    pub fn runtime_handler_name(&self) -> String {
+        Path::new(&self.config.runtime.path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "runc".into())
+    }
+
+    /// RunPodSandbox. On any failure everything made so far is removed and the name released.
+    pub async fn run_pod_sandbox(
+        self: &Arc<Self>,
+        config: PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String> {
+        validate(&config, &runtime_handler, self)?;
+        let name = SandboxRecord::name_of(&config);
+        let id = {
+            let mut table = self.sandboxes_mut();
+            let id = table.ids.generate_unique(&Default::default());
+            table.names.reserve(&name, &id, "pod sandbox")?;
+            id
+        };
+        let span = tracing::info_span!("sandbox", id = %id, pod = %name);
+        let _enter = span.enter();
+        let (net, _, ipc) = namespace_modes(&config);
+        let parent = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| self.config.cgroup.default_parent.clone());
+        let dir = self.sandbox_state_dir(&id);
+        let record = SandboxRecord {
+            id: id.clone(),
+            name: name.clone(),
+            cgroups_path: cgroups::cgroups_path(self.config.cgroup.driver, &parent, &id),
+            cgroup_parent: parent,
+            config,
+            runtime_handler,
+            created_at_ns: timefmt::now_ns(),
+            state: SandboxState::Creating,
+            netns: None,
+            ips: Vec::new(),
+            cni: None,
+            shim_socket: self.shims.socket_path(&id),
+            pause_pid: 0,
+            shm: (ipc != NamespaceMode::Node).then(|| dir.join("shm")),
+            dir,
+        };
+        let sandbox = Sandbox::new(record);
+        match self.create_sandbox(&sandbox, net).await {
+            Ok(()) => {
+                self.sandboxes_mut().insert(sandbox.clone());
+                self.watch_pause(sandbox);
+                tracing::info!("pod sandbox ready");
+                Ok(id)
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "RunPodSandbox failed; removing what it made");
+                if let Err(cleanup) = self.destroy_sandbox(&sandbox).await {
+                    tracing::error!(error = %cleanup, "cleaning up a failed sandbox");
+                }
+                self.sandboxes_mut().names.release(&name, &id);
+                Err(err)
+            }
+        }
+    }
+
+    async fn create_sandbox(
+        self: &Arc<Self>,
+        sandbox: &Arc<Sandbox>,
+        net: NamespaceMode,
+    ) -> Result<()> {
+        let root = self.root().to_path_buf();
+        let id = sandbox.id.clone();
+        let rec = sandbox.get();
+        std::fs::create_dir_all(&rec.dir).map_err(|e| Error::path("create", &rec.dir, e))?;
+        // Persisted first, so that a crash half-way leaves a record to clean up from.
+        sandbox.update(&root, |_| {})?;
+
+        if net != NamespaceMode::Node {
+            let path = netns::create(&self.netns_dir(), &id)?;
+            sandbox.update(&root, |r| r.netns = Some(path.clone()))?;
+            let attachment = self.network.setup(&id, &path, &rec.config).await?;
+            let ips = crate::network::cni::result_ips(&attachment.result);
+            sandbox.update(&root, |r| {
+                r.cni = Some(attachment);
+                r.ips = ips;
+            })?;
+        }
+        let rec = sandbox.get();
+        files::write_sandbox_files(
+            &rec.dir,
+            &rec.config.hostname,
+            &rec.ips,
+            rec.config.dns_config.as_ref(),
+            net == NamespaceMode::Node,
+        )?;
+        if let Some(shm) = &rec.shm {
+            mount_shm(shm)?;
+        }
+
+        let shim = self.shims.start(&id, &rec.dir.join("shim.log")).await?;
+        let bundle = rec.dir.join("bundle");
+        std::fs::create_dir_all(&bundle).map_err(|e| Error::path("create", &bundle, e))?;
+        let spec = spec::pause_spec(
+            &rec.config,
+            &PauseInputs {
+                rootfs: &self.pause_rootfs,
+                netns: rec.netns.as_deref(),
+                shm: rec.shm.as_deref(),
+                cgroups_path: &rec.cgroups_path,
+            },
+        )?;
+        let config_json = bundle.join("config.json");
+        spec.save(&config_json)
+            .map_err(|e| Error::Internal(format!("write {}: {e}", config_json.display())))?;
+        let options = CreateOptions {
+            exit_file: pause_exit_file(&self.sandbox_root_dir(&id))
+                .to_string_lossy()
+                .into_owned(),
+            ..Default::default()
+        };
+        shim.create(&id, &bundle, false, &options).await?;
+        let pid = shim.start(&id, "").await?;
+        sandbox.update(&root, |r| {
+            r.pause_pid = pid;
+            r.state = SandboxState::Ready;
+        })?;
+        Ok(())
+    }
+
+    /// Marks the sandbox not ready when its pause container exits.
+    fn watch_pause(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
+        let rt = self.clone();
+        tokio::spawn(async move {
+            let rec = sandbox.get();
+            let Ok(shim) = rt.shims.get(&sandbox.id, &rec.shim_socket).await else {
+                return;
+            };
+            if shim.wait(&sandbox.id, "").await.is_ok() {
+                let root = rt.root().to_path_buf();
+                let changed = sandbox.get().state == SandboxState::Ready;
+                if changed {
+                    tracing::info!(sandbox = %sandbox.id, "pause exited; pod sandbox not ready");
+                    if let Err(e) = sandbox.update(&root, |r| r.state = SandboxState::NotReady) {
+                        tracing::warn!(sandbox = %sandbox.id, error = %e, "persisting NotReady");
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Where the shim records the pause container's exit.
+pub fn pause_exit_file(sandbox_root: &Path) -> PathBuf {
+    sandbox_root.join("pause.exit")
+}

@@ -1,0 +1,264 @@
+//! The runtime spec of a pod's pause container.
+
+use crate::error::Result;
+use crate::oci::{self, spec_err};
+use crate::pause::PAUSE_USER;
+use oci_spec::runtime::{
+    LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder, LinuxDeviceCgroupBuilder,
+    LinuxNamespaceType, LinuxResourcesBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder,
+    UserBuilder,
+};
+use peapod_proto::v1::{NamespaceMode, PodSandboxConfig};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// The pause container's oom_score_adj (containerd's `defaultSandboxOOMAdj`): the last thing
+/// the OOM killer should pick, since killing it kills the pod.
+pub const SANDBOX_OOM_SCORE_ADJ: i32 = -998;
+
+pub const DEFAULT_PATH_ENV: &str =
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What the pause container needs beyond the CRI config.
+pub struct PauseInputs<'a> {
+    pub rootfs: &'a Path,
+    pub netns: Option<&'a Path>,
+    pub shm: Option<&'a Path>,
+    pub cgroups_path: &'a str,
+}
+
+fn mode(m: i32) -> NamespaceMode {
+    NamespaceMode::try_from(m).unwrap_or(NamespaceMode::Pod)
+}
+
+/// Namespace modes of a sandbox config: (network, pid, ipc).
+pub fn namespace_modes(config: &PodSandboxConfig) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
+    let ns = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone())
+        .unwrap_or_default();
+    (mode(ns.network), mode(ns.pid), mode(ns.ipc))
+}
+
+pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result<Spec> {
+    let (net, pid, ipc) = namespace_modes(config);
+    let security = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.clone())
+        .unwrap_or_default();
+    let uid = security
+        .run_as_user
+        .as_ref()
+        .map(|u| u.value as u32)
+        .unwrap_or(PAUSE_USER);
+    let gid = security
+        .run_as_group
+        .as_ref()
+        .map(|g| g.value as u32)
+        .unwrap_or(if security.run_as_user.is_some() {
+            0
+        } else {
+            PAUSE_USER
+        });
+
+    let process = ProcessBuilder::default()
+        .terminal(false)
+        .args(vec!["/pause".to_string()])
+        .env(vec![DEFAULT_PATH_ENV.to_string()])
+        .cwd("/")
+        .user(
+            UserBuilder::default()
+                .uid(uid)
+                .gid(gid)
+                .build()
+                .map_err(spec_err)?,
+        )
+        // Pause needs no privilege at all.
+        .capabilities(
+            LinuxCapabilitiesBuilder::default()
+                .bounding(HashSet::new())
+                .effective(HashSet::new())
+                .permitted(HashSet::new())
+                .inheritable(HashSet::new())
+                .ambient(HashSet::new())
+                .build()
+                .map_err(spec_err)?,
+        )
+        .no_new_privileges(true)
+        .oom_score_adj(crate::oom::restrict(SANDBOX_OOM_SCORE_ADJ))
+        .build()
+        .map_err(spec_err)?;
+
+    let mut mounts = oci::default_mounts(true)?;
+    match inputs.shm {
+        Some(shm) => mounts.push(oci::bind("/dev/shm", shm, &["rw"])?),
+        None => mounts.push(oci::bind("/dev/shm", Path::new("/dev/shm"), &["rw"])?),
+    }
+
+    let mut namespaces = vec![oci::namespace(LinuxNamespaceType::Mount, None)?];
+    if pid != NamespaceMode::Node {
+        namespaces.push(oci::namespace(LinuxNamespaceType::Pid, None)?);
+    }
+    if ipc != NamespaceMode::Node {
+        namespaces.push(oci::namespace(LinuxNamespaceType::Ipc, None)?);
+    }
+    if net != NamespaceMode::Node {
+        namespaces.push(oci::namespace(LinuxNamespaceType::Uts, None)?);
+        namespaces.push(oci::namespace(LinuxNamespaceType::Network, inputs.netns)?);
+    }
+
+    let sysctls: std::collections::HashMap<String, String> = config
+        .linux
+        .as_ref()
+        .map(|l| l.sysctls.clone().into_iter().collect())
+        .unwrap_or_default();
+
+    let resources = LinuxResourcesBuilder::default()
+        .devices(vec![LinuxDeviceCgroupBuilder::default()
+            .allow(false)
+            .access("rwm")
+            .build()
+            .map_err(spec_err)?])
+        // containerd's default sandbox shares: pause should not compete for CPU.
+        .cpu(
+            LinuxCpuBuilder::default()
+                .shares(2u64)
+                .build()
+                .map_err(spec_err)?,
+        )
+        .build()
+        .map_err(spec_err)?;
+
+    let linux = LinuxBuilder::default()
+        .namespaces(namespaces)
+        .cgroups_path(inputs.cgroups_path)
+        .sysctl(sysctls)
+        .resources(resources)
+        .masked_paths(oci::strings(oci::MASKED_PATHS))
+        .readonly_paths(oci::strings(oci::READONLY_PATHS))
+        .build()
+        .map_err(spec_err)?;
+
+    let mut spec = SpecBuilder::default()
+        .version(oci::OCI_VERSION)
+        .root(
+            RootBuilder::default()
+                .path(inputs.rootfs)
+                .readonly(true)
+                .build()
+                .map_err(spec_err)?,
+        )
+        .process(process)
+        .mounts(mounts)
+        .linux(linux)
+        .build()
+        .map_err(spec_err)?;
+    // The builder starts from oci-spec's Spec::default(), which names the host "youki".
+    spec.set_hostname(None);
+    if net != NamespaceMode::Node && !config.hostname.is_empty() {
+        spec.set_hostname(Some(config.hostname.clone()));
+    }
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peapod_proto::v1::{LinuxPodSandboxConfig, LinuxSandboxSecurityContext, NamespaceOption};
+
+    fn config(net: NamespaceMode, pid: NamespaceMode) -> PodSandboxConfig {
+        PodSandboxConfig {
+            hostname: "pod-a".into(),
+            linux: Some(LinuxPodSandboxConfig {
+                sysctls: [("net.ipv4.ip_forward".to_string(), "1".to_string())].into(),
+                security_context: Some(LinuxSandboxSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: net as i32,
+                        pid: pid as i32,
+                        ipc: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn inputs<'a>(netns: Option<&'a Path>) -> PauseInputs<'a> {
+        PauseInputs {
+            rootfs: Path::new("/r"),
+            netns,
+            shm: Some(Path::new("/s/shm")),
+            cgroups_path: "/peapod/abc",
+        }
+    }
+
+    fn ns_types(spec: &Spec) -> Vec<(LinuxNamespaceType, Option<String>)> {
+        spec.linux()
+            .as_ref()
+            .unwrap()
+            .namespaces()
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|n| (n.typ(), n.path().as_ref().map(|p| p.display().to_string())))
+            .collect()
+    }
+
+    #[test]
+    fn pod_network_pause_joins_the_pinned_netns_and_gets_the_hostname() {
+        let spec = pause_spec(
+            &config(NamespaceMode::Pod, NamespaceMode::Pod),
+            &inputs(Some(Path::new("/run/peapod/netns/x"))),
+        )
+        .unwrap();
+        let ns = ns_types(&spec);
+        assert!(ns.contains(&(
+            LinuxNamespaceType::Network,
+            Some("/run/peapod/netns/x".into())
+        )));
+        assert!(ns.contains(&(LinuxNamespaceType::Pid, None)));
+        assert!(ns.contains(&(LinuxNamespaceType::Uts, None)));
+        assert_eq!(spec.hostname().as_deref(), Some("pod-a"));
+        let linux = spec.linux().as_ref().unwrap();
+        assert_eq!(
+            linux.cgroups_path().as_ref().unwrap().display().to_string(),
+            "/peapod/abc"
+        );
+        assert_eq!(linux.sysctl().as_ref().unwrap()["net.ipv4.ip_forward"], "1");
+        let process = spec.process().as_ref().unwrap();
+        assert_eq!(process.user().uid(), PAUSE_USER);
+        assert_eq!(
+            process.args().as_ref().unwrap(),
+            &vec!["/pause".to_string()]
+        );
+        let shm = spec
+            .mounts()
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.destination() == Path::new("/dev/shm"))
+            .unwrap();
+        assert_eq!(shm.source().as_ref().unwrap(), Path::new("/s/shm"));
+    }
+
+    #[test]
+    fn host_network_and_pid_share_the_host_namespaces() {
+        let spec = pause_spec(
+            &config(NamespaceMode::Node, NamespaceMode::Node),
+            &inputs(None),
+        )
+        .unwrap();
+        let ns: Vec<_> = ns_types(&spec).into_iter().map(|(t, _)| t).collect();
+        assert!(!ns.contains(&LinuxNamespaceType::Network));
+        assert!(!ns.contains(&LinuxNamespaceType::Pid));
+        assert!(!ns.contains(&LinuxNamespaceType::Uts));
+        assert!(ns.contains(&LinuxNamespaceType::Ipc));
+        assert_eq!(spec.hostname(), &None);
+    }
+}

@@ -1,0 +1,34 @@
+//! Persisted records of sandboxes and containers, and their in-memory index.
+//!
+//! Each record is one JSON file replaced atomically (temporary file, fsync, rename), so a
+//! crash leaves the old or the new record, never a torn one. The in-memory tables hold the
+//! records plus what only lives while the daemon runs (locks, watchers).
+
+pub mod names;
+pub mod sandbox;
+
+use crate::error::{Error, Result};
+use serde::{de::DeserializeOwned, Serialize};
+use std::path::Path;
+
+/// Writes `value` as JSON to `path` atomically and durably.
+pub fn write_record<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(value)
+        .map_err(|e| Error::Internal(format!("encode record {}: {e}", path.display())))?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
+    }
+    peapod_shim::protocol::write_file_atomic(path, &bytes)
+        .map_err(|e| Error::path("write record", path, e))
+}
+
+/// Reads a JSON record; `Ok(None)` when the file does not exist.
+pub fn read_record<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| Error::Internal(format!("decode record {}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::path("read record", path, e)),
+    }
+}

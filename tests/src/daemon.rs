@@ -1,0 +1,315 @@
+//! One real `peapod serve` per test, with paths, bridge, subnet and cgroup parent of its own.
+//! Dropping it removes every pod through CRI, stops the daemon and sweeps anything left.
+
+use crate::client::Cri;
+use crate::host;
+use crate::slot::Slot;
+use peapod_proto::v1 as cri;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where `cargo build` put the binaries: the test executable is target/<profile>/deps/e2e-*.
+pub fn bin_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("PEAPOD_BIN_DIR") {
+        return dir.into();
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let deps = exe.parent().expect("deps dir");
+    let dir = if deps.ends_with("deps") {
+        deps.parent().expect("profile dir").to_path_buf()
+    } else {
+        deps.to_path_buf()
+    };
+    assert!(
+        dir.join("peapod").is_file() && dir.join("peapod-shim").is_file(),
+        "peapod and peapod-shim must be built into {} (run `cargo build --workspace` first)",
+        dir.display()
+    );
+    dir
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DaemonOptions {
+    /// Replace the generated network configuration with this conflist (JSON); `{bridge}`,
+    /// `{subnet}` and `{dir}` are substituted.
+    pub conflist: Option<String>,
+    /// Extra CNI plugin directory searched before the system ones.
+    pub extra_cni_bin: Option<PathBuf>,
+    /// Extra TOML appended to the daemon's configuration file.
+    pub extra_config: String,
+}
+
+pub struct TestDaemon {
+    pub slot: Slot,
+    pub dir: PathBuf,
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub socket: PathBuf,
+    pub conf_dir: PathBuf,
+    pub bridge: String,
+    pub subnet: String,
+    pub gateway: String,
+    pub cgroup_parent: String,
+    pub cri: Cri,
+    child: Option<Child>,
+    name: String,
+}
+
+const SYSTEM_CNI_DIRS: [&str; 2] = ["/usr/lib/cni", "/opt/cni/bin"];
+
+impl TestDaemon {
+    pub async fn start(name: &str) -> TestDaemon {
+        Self::start_with(name, DaemonOptions::default()).await
+    }
+
+    pub async fn start_with(name: &str, opts: DaemonOptions) -> TestDaemon {
+        let slot = Slot::acquire();
+        let n = slot.n;
+        // Short: unix socket paths under `state` must stay far below 108 bytes.
+        let dir = PathBuf::from(format!("/tmp/ppe{n}"));
+        host::unmount_all_under(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.join("root");
+        let state = dir.join("run");
+        let conf_dir = dir.join("net.d");
+        std::fs::create_dir_all(&conf_dir).expect("create conf dir");
+        let bridge = format!("ppe{n}");
+        host::delete_link(&bridge);
+        let subnet = format!("10.123.{n}.0/24");
+        let gateway = format!("10.123.{n}.1");
+        let cgroup_parent = format!("/peapod-e2e-{n}");
+        host::remove_cgroup_tree(&cgroup_parent);
+
+        let conflist = opts.conflist.clone().unwrap_or_else(|| {
+            r#"{"cniVersion":"1.0.0","name":"e2e-{bridge}","plugins":[
+                {"type":"bridge","bridge":"{bridge}","isGateway":true,"ipMasq":false,"hairpinMode":true,
+                 "ipam":{"type":"host-local","ranges":[[{"subnet":"{subnet}"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"{dir}/ipam"}},
+                {"type":"portmap","capabilities":{"portMappings":true}}]}"#
+                .to_string()
+        });
+        let conflist = conflist
+            .replace("{bridge}", &bridge)
+            .replace("{subnet}", &subnet)
+            .replace("{dir}", &dir.display().to_string());
+        std::fs::write(conf_dir.join("10-e2e.conflist"), conflist).expect("write conflist");
+
+        let mut bin_dirs: Vec<String> = Vec::new();
+        if let Some(extra) = &opts.extra_cni_bin {
+            bin_dirs.push(extra.display().to_string());
+        }
+        bin_dirs.extend(SYSTEM_CNI_DIRS.iter().map(|s| s.to_string()));
+        let config = format!(
+            "root = \"{root}\"\nstate = \"{state}\"\nsocket = \"{state}/peapod.sock\"\nlog_level = \"debug\"\n\
+             [cgroup]\ndefault_parent = \"{cgroup_parent}\"\n\
+             [cni]\nconf_dir = \"{conf}\"\nbin_dirs = {bins:?}\ndefault_bridge = \"{bridge}\"\ndefault_subnet = \"{subnet}\"\n{extra}\n",
+            root = root.display(),
+            state = state.display(),
+            conf = conf_dir.display(),
+            bins = bin_dirs,
+            extra = opts.extra_config,
+        );
+        let config_path = dir.join("config.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let socket = state.join("peapod.sock");
+
+        let child = spawn_daemon(&dir);
+        let cri = wait_for_socket(&socket, &dir).await;
+        TestDaemon {
+            slot,
+            dir,
+            root,
+            state,
+            socket,
+            conf_dir,
+            bridge,
+            subnet,
+            gateway,
+            cgroup_parent,
+            cri,
+            child: Some(child),
+            name: name.to_string(),
+        }
+    }
+
+    /// Starts the daemon again on the same directories (after `stop_daemon`).
+    pub async fn restart(&mut self) -> bool {
+        self.stop_daemon();
+        self.child = Some(spawn_daemon(&self.dir));
+        self.cri = wait_for_socket(&self.socket, &self.dir).await;
+        true
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Stops the daemon (SIGTERM) and waits for it, leaving pods running.
+    pub fn stop_daemon(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Everything of this daemon's pods that is still on the machine; empty when clean.
+    pub fn leftovers(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for m in host::mounts_under(&self.dir) {
+            out.push(format!("mount {}", m.display()));
+        }
+        if let Ok(d) = std::fs::read_dir(self.state.join("netns")) {
+            for e in d.flatten() {
+                out.push(format!("netns file {}", e.path().display()));
+            }
+        }
+        for port in host::bridge_ports(&self.bridge) {
+            out.push(format!("veth {port} on {}", self.bridge));
+        }
+        for cg in host::cgroups_under(&self.cgroup_parent) {
+            out.push(format!("cgroup {}", cg.display()));
+        }
+        for pid in host::processes_with(&format!("{}/", self.state.display())) {
+            out.push(format!("process {pid} using {}", self.state.display()));
+        }
+        for sub in ["sandboxes", "containers"] {
+            for base in [&self.root, &self.state] {
+                if let Ok(d) = std::fs::read_dir(base.join(sub)) {
+                    for e in d.flatten() {
+                        out.push(format!("directory {}", e.path().display()));
+                    }
+                }
+            }
+        }
+        if let Ok(d) = std::fs::read_dir(self.dir.join("ipam")) {
+            for e in d.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Ok(sub) = std::fs::read_dir(e.path()) {
+                    for f in sub.flatten() {
+                        let f = f.file_name().to_string_lossy().into_owned();
+                        if f != "lock" && !f.starts_with("last_reserved_ip") {
+                            out.push(format!("IP reservation {name}/{f}"));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Removes every pod through CRI (best effort).
+    async fn remove_all_pods(cri: &mut Cri) {
+        let Ok(list) = cri
+            .runtime
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+            .await
+        else {
+            return;
+        };
+        for sb in list.into_inner().items {
+            let _ = cri
+                .runtime
+                .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                    pod_sandbox_id: sb.id.clone(),
+                })
+                .await;
+            let _ = cri
+                .runtime
+                .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                    pod_sandbox_id: sb.id,
+                })
+                .await;
+        }
+    }
+}
+
+fn spawn_daemon(dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("daemon.log"))
+        .expect("open daemon log");
+    Command::new(bin_dir().join("peapod"))
+        .arg("serve")
+        .arg("--config")
+        .arg(dir.join("config.toml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("dup log"))
+        .stderr(log)
+        .spawn()
+        .expect("start peapod")
+}
+
+async fn wait_for_socket(socket: &Path, dir: &Path) -> Cri {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if socket.exists() {
+            if let Ok(mut c) = Cri::connect(&socket.display().to_string()).await {
+                if c.runtime
+                    .version(cri::VersionRequest::default())
+                    .await
+                    .is_ok()
+                {
+                    return c;
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "peapod did not serve on {} within 20s; log:\n{}",
+                socket.display(),
+                std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        // CRI cleanup needs an async runtime; Drop may run inside one, so use a thread.
+        if self.child.is_some() {
+            let mut cri = self.cri.clone();
+            let _ = std::thread::spawn(move || {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    rt.block_on(async {
+                        let _ = tokio::time::timeout(
+                            Duration::from_secs(60),
+                            TestDaemon::remove_all_pods(&mut cri),
+                        )
+                        .await;
+                    });
+                }
+            })
+            .join();
+        }
+        self.stop_daemon();
+        // Sweep what a broken daemon may have left, so one failure does not poison later tests.
+        for pid in host::processes_with(&format!("{}/", self.state.display())) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        host::unmount_all_under(&self.dir);
+        host::delete_link(&self.bridge);
+        host::remove_cgroup_tree(&self.cgroup_parent);
+        if panicking {
+            let keep = PathBuf::from(format!("/tmp/peapod-e2e-failed-{}.log", self.name));
+            let _ = std::fs::copy(self.dir.join("daemon.log"), &keep);
+            eprintln!("daemon log of failed test kept at {}", keep.display());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
