@@ -89,7 +89,7 @@ impl ImageConfig {
         }
     }
 
-    fn to_runtime_config(&self) -> oci::RuntimeConfig {
+    pub(crate) fn to_runtime_config(&self) -> oci::RuntimeConfig {
         let opt_vec = |v: &Vec<String>| if v.is_empty() { None } else { Some(v.clone()) };
         let opt_str = |s: &String| if s.is_empty() { None } else { Some(s.clone()) };
         let set = |v: &Vec<String>| {
@@ -490,6 +490,11 @@ impl Store {
         let data = data.to_vec();
         tokio::task::spawn_blocking(move || {
             if path.exists() {
+                // Refresh its age so a concurrent GC (which spares young
+                // unreferenced blobs) does not take it before our record lands.
+                if let Ok(f) = std::fs::File::options().append(true).open(&path) {
+                    let _ = f.set_modified(std::time::SystemTime::now());
+                }
                 return Ok(());
             }
             write_atomic(&path, &data, true).ctx(|| format!("writing blob {}", path.display()))
@@ -616,7 +621,12 @@ impl Store {
             Ok(img) => {
                 tracing::info!(reference = %name, id = %img.id, elapsed_ms = started.elapsed().as_millis() as u64, "pulled image")
             }
-            Err(e) => tracing::warn!(reference = %name, error = %e, "pull failed"),
+            Err(e) => {
+                tracing::warn!(reference = %name, error = %e, "pull failed");
+                // Layers this pull committed but no image references go again:
+                // a failed pull leaves nothing stored.
+                self.gc().await;
+            }
         }
         res
     }
@@ -680,29 +690,20 @@ impl Store {
             }
         }
 
+        // The config is stored with the other documents when the image is
+        // committed, so a failed pull leaves no blob behind.
         let config_bytes = match self
             .read_blob(&config_desc.digest, oci::MAX_CONFIG_BYTES)
             .await
         {
             Some(b) => b,
             None => {
-                let lock = self.key_lock(&format!("blob:{}", config_desc.digest));
-                let _g = lock.lock().await;
-                match self
-                    .read_blob(&config_desc.digest, oci::MAX_CONFIG_BYTES)
-                    .await
-                {
-                    Some(b) => b,
-                    None => {
-                        let b = session
-                            .small_blob(&config_desc.digest, ep, oci::MAX_CONFIG_BYTES)
-                            .await?;
-                        self.write_blob(&config_desc.digest, &b).await?;
-                        b
-                    }
-                }
+                session
+                    .small_blob(&config_desc.digest, ep, oci::MAX_CONFIG_BYTES)
+                    .await?
             }
         };
+        blobs.push((config_desc.digest.clone(), config_bytes.clone()));
         let config: ConfigFile = serde_json::from_slice(&config_bytes)
             .map_err(|e| Error::json(format!("parsing config of {r}"), e))?;
         let diff_ids = config.rootfs.diff_ids.clone();
@@ -778,8 +779,7 @@ impl Store {
         }
         let size = config_desc.size.max(0) as u64
             + layers.iter().map(|l| l.size.max(0) as u64).sum::<u64>();
-        let mut all_blobs: Vec<String> = blobs.iter().map(|(d, _)| d.clone()).collect();
-        all_blobs.push(config_desc.digest.clone());
+        let all_blobs: Vec<String> = blobs.iter().map(|(d, _)| d.clone()).collect();
         let record = ImageRecord {
             id: config_desc.digest.clone(),
             repo_tags: r.tagged().into_iter().collect(),
