@@ -393,6 +393,16 @@ impl Store {
     /// present are skipped; every layer's diff_id (and, for OCI, every blob
     /// digest) is verified. Returns the imported images.
     pub async fn import(&self, archive: &Path) -> Result<Vec<Image>, Error> {
+        let res = self.import_inner(archive).await;
+        if let Err(e) = &res {
+            tracing::warn!(archive = %archive.display(), error = %e, "import failed");
+            // Layers committed by the failed import but used by no image go.
+            self.collect_garbage().await;
+        }
+        res
+    }
+
+    async fn import_inner(&self, archive: &Path) -> Result<Vec<Image>, Error> {
         let archive = archive.to_path_buf();
         let root = self.root().to_path_buf();
         let a2 = archive.clone();

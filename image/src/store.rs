@@ -1033,6 +1033,10 @@ impl Store {
         self.persist().await
     }
 
+    pub(crate) async fn collect_garbage(&self) {
+        self.gc().await
+    }
+
     /// Removes layers and blobs nothing references. Layers are first renamed
     /// aside under the lock (so no pull can find a half-deleted one), then
     /// deleted outside it.

@@ -54,6 +54,9 @@ pub struct Time {
     pub nsec: u32,
 }
 
+/// An extended attribute from a PAX `SCHILY.xattr.*` record: (name, value).
+pub type Xattr = (Vec<u8>, Vec<u8>);
+
 #[derive(Debug, Clone)]
 pub struct Header {
     pub kind: Kind,
@@ -69,7 +72,7 @@ pub struct Header {
     pub atime: Option<Time>,
     pub dev_major: u32,
     pub dev_minor: u32,
-    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub xattrs: Vec<Xattr>,
 }
 
 impl Header {
@@ -107,7 +110,7 @@ pub struct TarReader<R: Read> {
 struct Pending {
     long_name: Option<Vec<u8>>,
     long_link: Option<Vec<u8>>,
-    pax: Vec<(Vec<u8>, Vec<u8>)>,
+    pax: Vec<Xattr>,
 }
 
 fn bad(entry: &str, reason: impl Into<String>) -> Error {
@@ -472,7 +475,8 @@ fn parse_pax_time(v: &[u8]) -> Result<Time, Error> {
 }
 
 /// PAX records: `"<len> <key>=<value>\n"`, where len counts the whole record.
-fn parse_pax(mut data: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+/// Records as (key, value) pairs.
+fn parse_pax(mut data: &[u8]) -> Result<Vec<Xattr>, Error> {
     let err = || Error::InvalidImage("malformed PAX extended header".into());
     let mut out = Vec::new();
     while !data.is_empty() {

@@ -673,6 +673,9 @@ pub enum PushFormat {
     DockerV2S2,
 }
 
+/// (status, headers with lower-cased names, body)
+pub type HttpResponse = (u16, Vec<(String, String)>, Vec<u8>);
+
 /// One line of the registry's access log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
@@ -847,7 +850,7 @@ impl Registry {
         path: &str,
         headers: &[(&str, &str)],
         body: &[u8],
-    ) -> io::Result<(u16, Vec<(String, String)>, Vec<u8>)> {
+    ) -> io::Result<HttpResponse> {
         use base64::Engine as _;
         let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
         s.set_read_timeout(Some(Duration::from_secs(30)))?;

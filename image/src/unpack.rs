@@ -64,12 +64,15 @@ pub fn unpack<R: Read>(r: &mut R, dest: &Path, limits: Limits) -> Result<LayerSt
     Ok(u.stats)
 }
 
+/// (path inside the layer, atime, mtime)
+type DirTimes = (Vec<u8>, (i64, u32), (i64, u32));
+
 struct Unpacker {
     root: OwnedFd,
     stats: LayerStats,
     limits: Limits,
     /// Directory times are set last: creating children would bump them again.
-    dir_times: Vec<(Vec<u8>, (i64, u32), (i64, u32))>,
+    dir_times: Vec<DirTimes>,
     privileged: bool,
     buf: Vec<u8>,
 }
