@@ -6,6 +6,7 @@
 //! `shim` (talking to the per-pod `peapod-shim`), `oci` (runtime-spec generation).
 
 pub mod cgroups;
+pub mod client;
 pub mod config;
 pub mod container;
 pub mod error;

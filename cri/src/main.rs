@@ -1,5 +1,7 @@
 //! The `peapod` command: the daemon (`serve`) and its command-line tools.
 
+mod cli;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use peapod::config::{Config, DEFAULT_CONFIG_PATH, DEFAULT_TOML};
@@ -8,6 +10,9 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(name = "peapod", version, about = "A Kubernetes CRI container runtime")]
 struct Cli {
+    /// The daemon's CRI socket, for the client verbs (default $PEAPOD_SOCKET or /run/peapod/peapod.sock).
+    #[arg(long, global = true)]
+    endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -21,6 +26,20 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Run a pod sandbox from a PodSandboxConfig JSON file (as `crictl runp`).
+    Runp {
+        file: PathBuf,
+        #[arg(long, default_value = "")]
+        runtime_handler: String,
+    },
+    /// List pod sandboxes.
+    Pods,
+    /// Show a pod sandbox's status and details.
+    Inspectp { id: String },
+    /// Stop a pod sandbox.
+    Stopp { id: String },
+    /// Remove a pod sandbox.
+    Rmp { id: String },
 }
 
 #[derive(Subcommand)]
@@ -128,6 +147,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     peapod::server::serve(rt, &socket, shutdown).await
 }
 
+async fn run_client(command: Command, endpoint: Option<&str>) -> anyhow::Result<()> {
+    let mut c = cli::connect(endpoint).await?;
+    match command {
+        Command::Runp {
+            file,
+            runtime_handler,
+        } => cli::pods::runp(&mut c, &file, &runtime_handler).await,
+        Command::Pods => cli::pods::pods(&mut c).await,
+        Command::Inspectp { id } => cli::pods::inspectp(&mut c, &id).await,
+        Command::Stopp { id } => cli::pods::stopp(&mut c, &id).await,
+        Command::Rmp { id } => cli::pods::rmp(&mut c, &id).await,
+        Command::Serve(_) | Command::Config { .. } => unreachable!("handled in main"),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -154,6 +188,13 @@ fn main() -> anyhow::Result<()> {
                 .build()
                 .context("build the async runtime")?;
             runtime.block_on(serve(args))
+        }
+        client => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("build the async runtime")?;
+            runtime.block_on(run_client(client, cli.endpoint.as_deref()))
         }
     }
 }

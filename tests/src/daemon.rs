@@ -1,9 +1,9 @@
 //! One real `peapod serve` per test, with paths, bridge, subnet and cgroup parent of its own.
 //! Dropping it removes every pod through CRI, stops the daemon and sweeps anything left.
 
-use crate::client::Cri;
 use crate::host;
 use crate::slot::Slot;
+use peapod::client::Cri;
 use peapod_proto::v1 as cri;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

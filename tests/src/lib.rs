@@ -1,11 +1,10 @@
 //! Support for peapod's integration tests: a real daemon per test, with its own directories,
 //! socket, CNI bridge, subnet and cgroup parent, driven over its CRI socket.
 
-pub mod client;
 pub mod daemon;
 pub mod fixtures;
 pub mod host;
 pub mod slot;
 
-pub use client::Cri;
 pub use daemon::{DaemonOptions, TestDaemon};
+pub use peapod::client::Cri;

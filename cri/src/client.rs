@@ -1,4 +1,5 @@
-//! A CRI client over a unix socket (tonic with a custom connector).
+//! A CRI client over a unix socket (tonic with a custom connector), for the command-line
+//! tools, the benchmark and the integration tests.
 
 use hyper_util::rt::TokioIo;
 use peapod_proto::v1::image_service_client::ImageServiceClient;
@@ -14,7 +15,7 @@ pub struct Cri {
 
 impl Cri {
     /// Connects to `unix:///path` or a bare path.
-    pub async fn connect(endpoint: &str) -> anyhow::Result<Cri> {
+    pub async fn connect(endpoint: &str) -> Result<Cri, tonic::transport::Error> {
         let path = PathBuf::from(endpoint.trim_start_matches("unix://"));
         let channel = channel(&path).await?;
         Ok(Cri {
@@ -24,10 +25,10 @@ impl Cri {
     }
 }
 
-pub async fn channel(path: &Path) -> anyhow::Result<Channel> {
+pub async fn channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
     let path = path.to_path_buf();
     // The URI is ignored by the connector; tonic needs one.
-    let channel = Endpoint::try_from("http://[::]:50051")?
+    let channel = Endpoint::from_static("http://[::]:50051")
         .connect_with_connector(tower::service_fn(move |_| {
             let path = path.clone();
             async move {
