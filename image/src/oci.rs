@@ -172,6 +172,8 @@ pub fn host_platform() -> Platform {
 /// platform matcher does: same os and architecture; for a variant, an exact
 /// match is preferred, then an entry without a variant (arm64 "v8" is the
 /// default variant). Attestation manifests (`unknown/unknown`) never match.
+/// Entries without a platform are taken only when nothing matches (as
+/// containerd does, an unannotated manifest is assumed to fit).
 pub fn select_platform<'a>(manifests: &'a [Descriptor], want: &Platform) -> Option<&'a Descriptor> {
     let norm_variant = |p: &Platform| -> Option<String> {
         match (p.architecture.as_str(), p.variant.as_deref()) {
@@ -187,8 +189,12 @@ pub fn select_platform<'a>(manifests: &'a [Descriptor], want: &Platform) -> Opti
         )
     });
     let mut fallback = None;
+    let mut untyped = None;
     for d in candidates {
-        let Some(p) = &d.platform else { continue };
+        let Some(p) = &d.platform else {
+            untyped = untyped.or(Some(d));
+            continue;
+        };
         if p.os != want.os || p.architecture != want.architecture {
             continue;
         }
@@ -200,7 +206,7 @@ pub fn select_platform<'a>(manifests: &'a [Descriptor], want: &Platform) -> Opti
             fallback = Some(d);
         }
     }
-    fallback
+    fallback.or(untyped)
 }
 
 #[cfg(test)]
@@ -247,6 +253,35 @@ mod tests {
         assert_eq!(pick("arm64", None).as_deref(), Some("arm64"));
         assert_eq!(pick("arm", Some("v7")).as_deref(), Some("armv7"));
         assert_eq!(pick("s390x", None), None);
+        let mut no_platform = list.clone();
+        no_platform.push(Descriptor {
+            platform: None,
+            ..desc("x", "x", None, "untyped")
+        });
+        assert_eq!(
+            select_platform(
+                &no_platform,
+                &Platform {
+                    architecture: "s390x".into(),
+                    os: "linux".into(),
+                    variant: None
+                }
+            )
+            .map(|d| d.digest.as_str()),
+            Some("untyped")
+        );
+        assert_eq!(
+            select_platform(
+                &no_platform,
+                &Platform {
+                    architecture: "amd64".into(),
+                    os: "linux".into(),
+                    variant: None
+                }
+            )
+            .map(|d| d.digest.as_str()),
+            Some("amd64")
+        );
         assert!(
             select_platform(&list, &host_platform()).is_some() || !cfg!(target_arch = "x86_64")
         );

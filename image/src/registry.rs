@@ -75,6 +75,9 @@ impl Credentials {
     }
 }
 
+/// Bound on a whole manifest or token exchange.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 pub(crate) const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 
 pub(crate) fn build_client() -> Result<reqwest::Client, Error> {
@@ -319,15 +322,21 @@ impl Session {
     }
 
     /// GET with auth handling and error mapping; returns a 2xx response.
+    /// `timeout` bounds the whole exchange (manifests); blob downloads pass
+    /// None and rely on the client's idle read timeout instead.
     async fn get(
         &self,
         ep: &Endpoint,
         tail: &str,
         accept: Option<&str>,
+        timeout: Option<Duration>,
     ) -> Result<reqwest::Response, Error> {
         let url = self.url(ep, tail);
         let send = |auth: Option<String>| {
             let mut req = self.client.get(&url);
+            if let Some(t) = timeout {
+                req = req.timeout(t);
+            }
             if let Some(a) = accept {
                 req = req.header(reqwest::header::ACCEPT, a);
             }
@@ -442,12 +451,18 @@ impl Session {
                             ("scope", scope.as_str()),
                             ("client_id", "peapod"),
                         ];
-                        self.client.post(realm_url.clone()).form(&form).send().await
+                        self.client
+                            .post(realm_url.clone())
+                            .timeout(REQUEST_TIMEOUT)
+                            .form(&form)
+                            .send()
+                            .await
                     }
                     _ => {
                         let mut req = self
                             .client
                             .get(realm_url.clone())
+                            .timeout(REQUEST_TIMEOUT)
                             .query(&[("scope", &scope)]);
                         if !service.is_empty() {
                             req = req.query(&[("service", &service)]);
@@ -509,7 +524,12 @@ impl Session {
         for (i, ep) in self.endpoints.iter().enumerate() {
             let res = async {
                 let resp = self
-                    .get(ep, &format!("manifests/{reference}"), Some(MANIFEST_ACCEPT))
+                    .get(
+                        ep,
+                        &format!("manifests/{reference}"),
+                        Some(MANIFEST_ACCEPT),
+                        Some(REQUEST_TIMEOUT),
+                    )
                     .await?;
                 let ct = resp
                     .headers()
@@ -546,7 +566,7 @@ impl Session {
             let Some(ep) = self.endpoints.get(i) else {
                 continue;
             };
-            match self.get(ep, &format!("blobs/{digest}"), None).await {
+            match self.get(ep, &format!("blobs/{digest}"), None, None).await {
                 Ok(r) => return Ok(r),
                 Err(e) => {
                     tracing::debug!(endpoint = %ep.base, %digest, error = %e, "blob fetch failed");

@@ -584,6 +584,19 @@ impl Store {
         inner.images.get(&id).map(ImageRecord::to_image)
     }
 
+    /// The raw image config JSON (for verbose ImageStatus), verified against the id.
+    pub async fn config_json(&self, reference: &str) -> Option<Vec<u8>> {
+        let id = Self::find_id(&self.inner(), reference)?;
+        self.read_blob(&id, oci::MAX_CONFIG_BYTES).await
+    }
+
+    /// The image's layers as diff_ids, bottom first (for verbose ImageStatus).
+    pub fn layers(&self, reference: &str) -> Option<Vec<String>> {
+        let inner = self.inner();
+        let id = Self::find_id(&inner, reference)?;
+        inner.images.get(&id).map(|r| r.layers.clone())
+    }
+
     /// Progress of a running pull of `reference` in this process, if any.
     pub fn progress(&self, reference: &str) -> Option<PullProgress> {
         let key = Reference::parse(reference)
@@ -757,15 +770,21 @@ impl Store {
 
         // Up to three layers at a time: enough to hide per-request latency
         // without hammering the registry.
-        let jobs = layers
+        // The futures are built eagerly into a Vec, with owned descriptors: a
+        // lazy `map` closure borrowing them would make the pull future !Send
+        // (a higher-ranked lifetime limitation of async closures).
+        let session_ref = &session;
+        let tracker_ref = &tracker;
+        let jobs: Vec<_> = layers
             .iter()
-            .zip(&diff_ids)
+            .cloned()
+            .zip(diff_ids.iter().cloned())
             .enumerate()
-            .map(|(i, (desc, diff))| {
-                let session = &session;
-                let tracker = &tracker;
-                async move { self.ensure_layer(session, ep, desc, diff, tracker, i).await }
-            });
+            .map(|(i, (desc, diff))| async move {
+                self.ensure_layer(session_ref, ep, &desc, &diff, tracker_ref, i)
+                    .await
+            })
+            .collect();
         let results: Vec<Result<(), Error>> = futures_util::stream::iter(jobs)
             .buffer_unordered(3)
             .collect()
@@ -1779,6 +1798,24 @@ mod tests {
         ]
     }
 
+    /// The daemon calls these from tonic handlers, which need Send futures.
+    #[allow(dead_code)]
+    fn futures_are_send(s: Arc<Store>, p: &Path) {
+        fn send<T: Send>(_: T) {}
+        send(s.pull("x", None));
+        send(s.import(p));
+        send(s.remove("x"));
+        send(s.untag("x"));
+        send(s.add_local_image("x", &[], ImageConfig::default()));
+        send(s.create_rootfs("x", "c", p, false));
+        send(s.remove_rootfs("c", p));
+        send(s.lookup_user("x", "u"));
+        send(s.config_json("x"));
+        send(Store::open(p, RegistryConfig::default()));
+        fn sync<T: Send + Sync>(_: &T) {}
+        sync(&s);
+    }
+
     #[tokio::test]
     async fn resolve_by_everything() {
         let (_t, s) = store().await;
@@ -1921,5 +1958,9 @@ mod tests {
         ));
         let info = s.fs_info();
         assert!(info.image.used_bytes > 0 && info.image.inodes_used > 0);
+        let cfg: serde_json::Value =
+            serde_json::from_slice(&s.config_json("pause:3.10").await.unwrap()).unwrap();
+        assert_eq!(cfg["config"]["User"], "u");
+        assert_eq!(s.layers(&id).unwrap().len(), 1);
     }
 }
