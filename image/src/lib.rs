@@ -21,6 +21,7 @@
 //! store.rootfs_usage(container_id) -> (bytes, inodes)   writable layer usage
 //! store.lookup_user(image, "user[:group]")              (uid, gid, additional gids) from /etc/passwd, /etc/group
 //! store.progress(reference) / progress_path(reference)  pull progress, in-process / as a JSON file
+//! store.config_json(reference), store.layers(reference)  raw config and diff_ids, for verbose ImageStatus
 //! image_user(config_user) -> (Option<uid>, username)    CRI ImageStatus uid/username
 //! normalize_reference("busybox") == "docker.io/library/busybox:latest"
 //! Error::kind() -> ErrorKind                            NotFound, InvalidArgument, Unauthenticated, ...
@@ -37,8 +38,16 @@
 //! `<root>/pulls/<sha256 of the normalised ref>.json` every 250 ms (atomically)
 //! and removes it at the end, so another process (the CLI) can draw a bar.
 //!
+//! Layers are unpacked one directory each (keyed by diff_id), whiteouts
+//! turned into overlay whiteouts; see [`unpack`] for the rules that keep a
+//! hostile layer inside its directory. Pulls speak the distribution protocol
+//! themselves (see `registry.rs` for why not oci-client): basic and bearer
+//! auth with all four CRI AuthConfig forms, mirrors, plain HTTP for loopback
+//! and `insecure` hosts.
+//!
 //! Requirements: Linux 5.6+ (openat2), root (device whiteouts, chown,
-//! `trusted.` xattrs, mounts).
+//! `trusted.` xattrs, mounts). Tests additionally use Debian's
+//! `docker-registry`, `skopeo`, `apache2-utils` (htpasswd) and `busybox-static`.
 
 mod digest;
 mod error;

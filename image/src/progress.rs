@@ -18,8 +18,9 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 pub struct PullProgress {
     /// The normalised reference being pulled.
     pub reference: String,
-    /// Bytes of all layers still to fetch when the pull started (present layers excluded).
+    /// Compressed size of all the image's layers.
     pub total_bytes: u64,
+    /// Bytes fetched so far; layers already in the store count as done.
     pub done_bytes: u64,
     pub layers: Vec<LayerProgress>,
     /// Seconds since the epoch when the pull started.
