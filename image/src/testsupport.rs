@@ -785,8 +785,19 @@ impl Registry {
                     .is_ok()
                 {
                     let mut buf = [0u8; 12];
+                    // Another test's registry may have won the port race:
+                    // only ours logs the probe in our log.
                     if s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.") {
-                        return Ok(());
+                        for _ in 0..40 {
+                            if self.log().contains("\"GET /v2/ HTTP/1.0\"") {
+                                return Ok(());
+                            }
+                            std::thread::sleep(Duration::from_millis(25));
+                        }
+                        return Err(other(format!(
+                            "port {} is served by another process",
+                            self.port
+                        )));
                     }
                 }
             }
