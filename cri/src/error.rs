@@ -21,6 +21,14 @@ pub enum Error {
     Unimplemented(String),
     #[error("{0}")]
     DeadlineExceeded(String),
+    #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("image: {0}")]
+    Image(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -61,6 +69,22 @@ impl Error {
     }
 }
 
+impl From<peapod_image::Error> for Error {
+    fn from(err: peapod_image::Error) -> Error {
+        use peapod_image::ErrorKind;
+        let msg = err.to_string();
+        match err.kind() {
+            ErrorKind::NotFound => Error::NotFound(msg),
+            ErrorKind::InvalidArgument => Error::InvalidArgument(msg),
+            ErrorKind::AlreadyExists => Error::AlreadyExists(msg),
+            ErrorKind::Unauthenticated => Error::Unauthenticated(msg),
+            ErrorKind::PermissionDenied => Error::PermissionDenied(msg),
+            ErrorKind::Unavailable => Error::Unavailable(msg),
+            ErrorKind::Internal => Error::Image(msg),
+        }
+    }
+}
+
 impl From<Error> for tonic::Status {
     fn from(err: Error) -> tonic::Status {
         let msg = err.to_string();
@@ -71,9 +95,14 @@ impl From<Error> for tonic::Status {
             Error::FailedPrecondition(_) => tonic::Status::failed_precondition(msg),
             Error::Unimplemented(_) => tonic::Status::unimplemented(msg),
             Error::DeadlineExceeded(_) => tonic::Status::deadline_exceeded(msg),
-            Error::Io { .. } | Error::Network(_) | Error::Shim(_) | Error::Internal(_) => {
-                tonic::Status::internal(msg)
-            }
+            Error::Unauthenticated(_) => tonic::Status::unauthenticated(msg),
+            Error::PermissionDenied(_) => tonic::Status::permission_denied(msg),
+            Error::Unavailable(_) => tonic::Status::unavailable(msg),
+            Error::Io { .. }
+            | Error::Network(_)
+            | Error::Shim(_)
+            | Error::Internal(_)
+            | Error::Image(_) => tonic::Status::internal(msg),
         }
     }
 }

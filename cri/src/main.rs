@@ -127,7 +127,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(&cfg.log_level);
     let socket = cfg.socket.clone();
     tracing::info!(version = env!("CARGO_PKG_VERSION"), root = %cfg.root.display(), state = %cfg.state.display(), "peapod starting");
-    let rt = peapod::runtime::Runtime::new(cfg).context("initialise the runtime")?;
+    let rt = peapod::runtime::Runtime::new(cfg)
+        .await
+        .context("initialise the runtime")?;
     let shutdown = async {
         use tokio::signal::unix::{signal, SignalKind};
         let (Ok(mut term), Ok(mut int)) = (

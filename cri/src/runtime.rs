@@ -4,17 +4,20 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::network::Network;
 use crate::shim::ShimManager;
-use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxTable};
+use crate::store::container::ContainerTable;
+use crate::store::sandbox::SandboxTable;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub struct Runtime {
     pub config: Config,
+    pub images: Arc<peapod_image::Store>,
     pub network: Network,
     pub shims: ShimManager,
     /// The built-in pause root filesystem.
     pub pause_rootfs: PathBuf,
     sandboxes: RwLock<SandboxTable>,
+    containers: RwLock<ContainerTable>,
 }
 
 fn mkdir(path: &Path, mode: u32) -> Result<()> {
@@ -25,8 +28,8 @@ fn mkdir(path: &Path, mode: u32) -> Result<()> {
 }
 
 impl Runtime {
-    /// Prepares the directories and loads the persisted records.
-    pub fn new(config: Config) -> Result<Arc<Runtime>> {
+    /// Prepares the directories, opens the image store and loads the persisted records.
+    pub async fn new(config: Config) -> Result<Arc<Runtime>> {
         mkdir(&config.root, 0o711)?;
         mkdir(&config.state, 0o711)?;
         for dir in ["sandboxes", "containers"] {
@@ -36,6 +39,16 @@ impl Runtime {
             mkdir(&config.state.join(dir), 0o711)?;
         }
         let pause_rootfs = crate::pause::materialize(&config.root.join("pause"))?;
+        let registry = peapod_image::RegistryConfig {
+            insecure: config.registry.insecure.clone(),
+            mirrors: config
+                .registry
+                .mirrors
+                .iter()
+                .map(|(host, m)| (host.clone(), m.endpoints.clone()))
+                .collect(),
+        };
+        let images = peapod_image::Store::open(&config.root.join("image"), registry).await?;
         let network = Network::new(&config.cni, &config.root.join("cni").join("networks"));
         let shims = ShimManager::new(
             ShimManager::find_binary(&config.runtime.shim_path),
@@ -45,12 +58,14 @@ impl Runtime {
         );
         let rt = Arc::new(Runtime {
             config,
+            images,
             network,
             shims,
             pause_rootfs,
             sandboxes: RwLock::new(SandboxTable::default()),
+            containers: RwLock::new(ContainerTable::default()),
         });
-        rt.load_sandboxes()?;
+        rt.load_records()?;
         Ok(rt)
     }
 
@@ -78,30 +93,28 @@ impl Runtime {
         self.sandboxes.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Loads sandbox records so that a restarted daemon lists its pods. A record left in
-    /// `Creating` by a crash is kept (listed as not ready) for RemovePodSandbox to clean.
-    fn load_sandboxes(&self) -> Result<()> {
-        let dir = self.config.root.join("sandboxes");
-        let entries = std::fs::read_dir(&dir).map_err(|e| Error::path("read", &dir, e))?;
-        let mut table = self.sandboxes_mut();
-        for entry in entries.flatten() {
-            let id = entry.file_name().to_string_lossy().into_owned();
-            let path = SandboxRecord::record_path(&self.config.root, &id);
-            match crate::store::read_record::<SandboxRecord>(&path) {
-                Ok(Some(record)) => {
-                    let name = record.name.clone();
-                    let sandbox = Sandbox::new(record);
-                    if let Err(e) = table.names.reserve(&name, &id, "pod sandbox") {
-                        tracing::warn!(sandbox = %id, error = %e, "duplicate sandbox name in records");
-                    }
-                    table.insert(sandbox);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(sandbox = %id, error = %e, "skipping unreadable sandbox record")
-                }
-            }
-        }
+    pub fn containers(&self) -> RwLockReadGuard<'_, ContainerTable> {
+        self.containers.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn containers_mut(&self) -> RwLockWriteGuard<'_, ContainerTable> {
+        self.containers.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn container_root_dir(&self, id: &str) -> PathBuf {
+        self.config.root.join("containers").join(id)
+    }
+
+    pub fn container_state_dir(&self, id: &str) -> PathBuf {
+        self.config.state.join("containers").join(id)
+    }
+
+    /// Loads records so that a restarted daemon lists its pods and containers. A sandbox left
+    /// in `Creating` by a crash is kept (listed as not ready) for RemovePodSandbox to clean.
+    fn load_records(&self) -> Result<()> {
+        self.sandboxes_mut().load(&self.config.root, "sandboxes")?;
+        self.containers_mut()
+            .load(&self.config.root, "containers")?;
         Ok(())
     }
 }

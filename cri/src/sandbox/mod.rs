@@ -151,6 +151,7 @@ impl Runtime {
             pause_pid: 0,
             shm: (ipc != NamespaceMode::Node).then(|| dir.join("shm")),
             dir,
+            rootfs_mounted: false,
         };
         let sandbox = Sandbox::new(record);
         match self.create_sandbox(&sandbox, net).await {
@@ -205,13 +206,19 @@ impl Runtime {
             mount_shm(shm)?;
         }
 
+        let pause = self.pause_image(&id, &rec.dir.join("rootfs")).await?;
+        if pause.mounted {
+            sandbox.update(&root, |r| r.rootfs_mounted = true)?;
+        }
         let shim = self.shims.start(&id, &rec.dir.join("shim.log")).await?;
         let bundle = rec.dir.join("bundle");
         std::fs::create_dir_all(&bundle).map_err(|e| Error::path("create", &bundle, e))?;
         let spec = spec::pause_spec(
             &rec.config,
             &PauseInputs {
-                rootfs: &self.pause_rootfs,
+                rootfs: &pause.rootfs,
+                args: &pause.args,
+                image_user: pause.user,
                 netns: rec.netns.as_deref(),
                 shm: rec.shm.as_deref(),
                 cgroups_path: &rec.cgroups_path,

@@ -22,6 +22,9 @@ pub const DEFAULT_PATH_ENV: &str =
 /// What the pause container needs beyond the CRI config.
 pub struct PauseInputs<'a> {
     pub rootfs: &'a Path,
+    pub args: &'a [String],
+    /// The image's numeric user, used when the sandbox config names none.
+    pub image_user: Option<(u32, u32)>,
     pub netns: Option<&'a Path>,
     pub shm: Option<&'a Path>,
     pub cgroups_path: &'a str,
@@ -66,7 +69,7 @@ pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result
 
     let process = ProcessBuilder::default()
         .terminal(false)
-        .args(vec!["/pause".to_string()])
+        .args(inputs.args.to_vec())
         .env(vec![DEFAULT_PATH_ENV.to_string()])
         .cwd("/")
         .user(
@@ -189,9 +192,13 @@ mod tests {
         }
     }
 
+    const PAUSE_ARGS: &[String] = &[];
+
     fn inputs<'a>(netns: Option<&'a Path>) -> PauseInputs<'a> {
         PauseInputs {
             rootfs: Path::new("/r"),
+            args: PAUSE_ARGS,
+            image_user: None,
             netns,
             shm: Some(Path::new("/s/shm")),
             cgroups_path: "/peapod/abc",

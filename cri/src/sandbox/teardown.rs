@@ -166,6 +166,11 @@ impl Runtime {
             shim.shutdown_and_wait().await?;
         }
         self.shims.forget(&sandbox.id);
+        if rec.rootfs_mounted {
+            self.images
+                .remove_rootfs(&sandbox.id, &rec.dir.join("rootfs"))
+                .await?;
+        }
         remove_dir(&rec.dir)?;
         remove_dir(&self.sandbox_root_dir(&sandbox.id))?;
         Ok(())

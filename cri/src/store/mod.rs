@@ -4,8 +4,10 @@
 //! crash leaves the old or the new record, never a torn one. The in-memory tables hold the
 //! records plus what only lives while the daemon runs (locks, watchers).
 
+pub mod container;
 pub mod names;
 pub mod sandbox;
+pub mod table;
 
 use crate::error::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};

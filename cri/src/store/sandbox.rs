@@ -1,13 +1,9 @@
 //! Sandbox records.
 
-use super::names::NameIndex;
-use crate::error::{Error, Result};
-use crate::ids::{IdIndex, Lookup};
+use super::table::{Entry, Record, Table};
 use peapod_proto::v1::PodSandboxConfig;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SandboxState {
@@ -53,13 +49,12 @@ pub struct SandboxRecord {
     pub shm: Option<PathBuf>,
     /// The sandbox's runtime directory (bundle, hostname, hosts, resolv.conf).
     pub dir: PathBuf,
+    /// The pause rootfs is a mount from the image store (not the shared built-in one).
+    #[serde(default)]
+    pub rootfs_mounted: bool,
 }
 
 impl SandboxRecord {
-    pub fn record_path(root: &Path, id: &str) -> PathBuf {
-        root.join("sandboxes").join(id).join("sandbox.json")
-    }
-
     /// The reservation key of a sandbox config.
     pub fn name_of(config: &PodSandboxConfig) -> String {
         let m = config.metadata.clone().unwrap_or_default();
@@ -67,84 +62,22 @@ impl SandboxRecord {
     }
 }
 
-/// A sandbox while the daemon runs.
-pub struct Sandbox {
-    pub id: String,
-    record: RwLock<SandboxRecord>,
-    /// Serializes lifecycle operations (stop, remove) on this sandbox.
-    pub op: tokio::sync::Mutex<()>,
-}
+impl Record for SandboxRecord {
+    const KIND: &'static str = "pod sandbox";
+    const ID_FIELD: &'static str = "pod_sandbox_id";
 
-impl Sandbox {
-    pub fn new(record: SandboxRecord) -> Arc<Sandbox> {
-        Arc::new(Sandbox {
-            id: record.id.clone(),
-            record: RwLock::new(record),
-            op: tokio::sync::Mutex::new(()),
-        })
+    fn id(&self) -> &str {
+        &self.id
     }
 
-    pub fn get(&self) -> SandboxRecord {
-        self.record
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    /// Applies `f` to the record and persists it.
-    pub fn update(&self, root: &Path, f: impl FnOnce(&mut SandboxRecord)) -> Result<SandboxRecord> {
-        let mut guard = self.record.write().unwrap_or_else(|p| p.into_inner());
-        let mut next = guard.clone();
-        f(&mut next);
-        super::write_record(&SandboxRecord::record_path(root, &next.id), &next)?;
-        *guard = next.clone();
-        Ok(next)
-    }
-
-    /// Changes the in-memory record without persisting (for facts that are re-derived on
-    /// recovery anyway).
-    pub fn update_volatile(&self, f: impl FnOnce(&mut SandboxRecord)) {
-        let mut guard = self.record.write().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard);
+    fn path(root: &Path, id: &str) -> PathBuf {
+        root.join("sandboxes").join(id).join("sandbox.json")
     }
 }
 
-#[derive(Default)]
-pub struct SandboxTable {
-    pub by_id: HashMap<String, Arc<Sandbox>>,
-    pub ids: IdIndex,
-    pub names: NameIndex,
-}
-
-impl SandboxTable {
-    pub fn insert(&mut self, sandbox: Arc<Sandbox>) {
-        self.ids.insert(&sandbox.id);
-        self.by_id.insert(sandbox.id.clone(), sandbox);
-    }
-
-    pub fn remove(&mut self, id: &str) -> Option<Arc<Sandbox>> {
-        self.ids.remove(id);
-        let sb = self.by_id.remove(id)?;
-        self.names.release(&sb.get().name, id);
-        Some(sb)
-    }
-
-    /// Resolves an id or unique prefix.
-    pub fn resolve(&self, id: &str) -> Result<Arc<Sandbox>> {
-        match self.ids.lookup(id) {
-            Lookup::Found(full) => self
-                .by_id
-                .get(&full)
-                .cloned()
-                .ok_or_else(|| Error::not_found(format!("pod sandbox {id} not found"))),
-            Lookup::NotFound => Err(Error::not_found(format!("pod sandbox {id:?} not found"))),
-            Lookup::Ambiguous => Err(Error::invalid(format!(
-                "pod_sandbox_id {id:?} is an ambiguous prefix"
-            ))),
-        }
-    }
-
-    pub fn all(&self) -> Vec<Arc<Sandbox>> {
-        self.by_id.values().cloned().collect()
-    }
-}
+pub type Sandbox = Entry<SandboxRecord>;
+pub type SandboxTable = Table<SandboxRecord>;

@@ -1,0 +1,74 @@
+//! Container records.
+
+use super::table::{Entry, Record, Table};
+use peapod_proto::v1::{ContainerConfig, LinuxContainerResources};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    /// Its shim and exit record are gone: what became of it is not known.
+    Unknown,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub id: String,
+    pub sandbox_id: String,
+    /// The reserved name: `<container>_<pod>_<namespace>_<pod uid>_<attempt>`.
+    pub name: String,
+    pub config: ContainerConfig,
+    /// The image as the config named it, and as resolved.
+    pub image_name: String,
+    pub image_id: String,
+    pub image_ref: String,
+    pub state: ContainerState,
+    pub created_at_ns: i64,
+    pub started_at_ns: i64,
+    pub finished_at_ns: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    pub pid: u32,
+    /// The host path of the CRI log (log_directory + log_path), empty if none.
+    pub log_path: String,
+    pub bundle: PathBuf,
+    pub rootfs: PathBuf,
+    pub exit_file: PathBuf,
+    /// The signal StopContainer sends first (the image's StopSignal, default SIGTERM).
+    pub stop_signal: i32,
+    /// The resources as last applied (create or UpdateContainerResources).
+    pub resources: Option<LinuxContainerResources>,
+    pub uid: u32,
+    pub gid: u32,
+    pub supplemental_groups: Vec<u32>,
+}
+
+impl ContainerRecord {
+    pub fn is_running(&self) -> bool {
+        self.state == ContainerState::Running
+    }
+}
+
+impl Record for ContainerRecord {
+    const KIND: &'static str = "container";
+    const ID_FIELD: &'static str = "container_id";
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn path(root: &Path, id: &str) -> PathBuf {
+        root.join("containers").join(id).join("container.json")
+    }
+}
+
+pub type Container = Entry<ContainerRecord>;
+pub type ContainerTable = Table<ContainerRecord>;

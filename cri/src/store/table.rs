@@ -1,0 +1,126 @@
+//! A table of live objects (sandboxes or containers): records behind locks, an id index for
+//! prefix lookups, and name reservations.
+
+use super::names::NameIndex;
+use crate::error::{Error, Result};
+use crate::ids::{IdIndex, Lookup};
+use serde::{de::DeserializeOwned, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+/// What a persisted record must tell the table.
+pub trait Record: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// "pod sandbox" or "container", for messages.
+    const KIND: &'static str;
+    /// The request field that carries the id, for messages.
+    const ID_FIELD: &'static str;
+    fn id(&self) -> &str;
+    /// The reserved name.
+    fn name(&self) -> &str;
+    /// The record's file under the daemon root.
+    fn path(root: &Path, id: &str) -> PathBuf;
+}
+
+/// One object while the daemon runs.
+pub struct Entry<R: Record> {
+    pub id: String,
+    record: RwLock<R>,
+    /// Serializes lifecycle operations on this object.
+    pub op: tokio::sync::Mutex<()>,
+}
+
+impl<R: Record> Entry<R> {
+    pub fn new(record: R) -> Arc<Entry<R>> {
+        Arc::new(Entry {
+            id: record.id().to_string(),
+            record: RwLock::new(record),
+            op: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn get(&self) -> R {
+        self.record
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Applies `f` to the record and persists it; the in-memory record changes only if the
+    /// write succeeded.
+    pub fn update(&self, root: &Path, f: impl FnOnce(&mut R)) -> Result<R> {
+        let mut guard = self.record.write().unwrap_or_else(|p| p.into_inner());
+        let mut next = guard.clone();
+        f(&mut next);
+        super::write_record(&R::path(root, &self.id), &next)?;
+        *guard = next.clone();
+        Ok(next)
+    }
+}
+
+pub struct Table<R: Record> {
+    pub by_id: HashMap<String, Arc<Entry<R>>>,
+    pub ids: IdIndex,
+    pub names: NameIndex,
+}
+
+impl<R: Record> Default for Table<R> {
+    fn default() -> Self {
+        Table {
+            by_id: HashMap::new(),
+            ids: IdIndex::default(),
+            names: NameIndex::default(),
+        }
+    }
+}
+
+impl<R: Record> Table<R> {
+    pub fn insert(&mut self, entry: Arc<Entry<R>>) {
+        self.ids.insert(&entry.id);
+        self.by_id.insert(entry.id.clone(), entry);
+    }
+
+    pub fn remove(&mut self, id: &str) -> Option<Arc<Entry<R>>> {
+        self.ids.remove(id);
+        let entry = self.by_id.remove(id)?;
+        self.names.release(entry.get().name(), id);
+        Some(entry)
+    }
+
+    /// Resolves an id or unique prefix.
+    pub fn resolve(&self, id: &str) -> Result<Arc<Entry<R>>> {
+        let not_found = || Error::not_found(format!("{} {id:?} not found", R::KIND));
+        match self.ids.lookup(id) {
+            Lookup::Found(full) => self.by_id.get(&full).cloned().ok_or_else(not_found),
+            Lookup::NotFound => Err(not_found()),
+            Lookup::Ambiguous => Err(Error::invalid(format!(
+                "{} {id:?} is an ambiguous id prefix",
+                R::ID_FIELD
+            ))),
+        }
+    }
+
+    pub fn all(&self) -> Vec<Arc<Entry<R>>> {
+        self.by_id.values().cloned().collect()
+    }
+
+    /// Loads every record under `<root>/<dir>/*/`, reserving their names.
+    pub fn load(&mut self, root: &Path, dir: &str) -> Result<()> {
+        let base = root.join(dir);
+        let entries = std::fs::read_dir(&base).map_err(|e| Error::path("read", &base, e))?;
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            match super::read_record::<R>(&R::path(root, &id)) {
+                Ok(Some(record)) => {
+                    if let Err(e) = self.names.reserve(record.name(), &id, R::KIND) {
+                        tracing::warn!(id = %id, error = %e, "duplicate name in records");
+                    }
+                    self.insert(Entry::new(record));
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(id = %id, error = %e, "skipping an unreadable record"),
+            }
+        }
+        Ok(())
+    }
+}
