@@ -201,6 +201,50 @@ async fn multi_platform_index_picks_the_host() {
         .unwrap();
     assert_eq!(std::fs::read(target.join("which")).unwrap(), b"host");
     store.remove_rootfs("c", &target).await.unwrap();
+
+    // The same as a Docker manifest list (skopeo converts the index).
+    reg.push(
+        layout.dir(),
+        "multi",
+        "multi-docker:1",
+        PushFormat::DockerV2S2,
+    )
+    .unwrap();
+    let list_digest = reg.manifest_digest("multi-docker", "1").unwrap();
+    let (_, headers, _) = reg
+        .http(
+            "GET",
+            "/v2/multi-docker/manifests/1",
+            &[(
+                "Accept",
+                "application/vnd.docker.distribution.manifest.list.v2+json",
+            )],
+            b"",
+        )
+        .unwrap();
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k == "content-type" && v.contains("manifest.list.v2")),
+        "{headers:?}"
+    );
+    let dimg = store
+        .pull(&reg.reference("multi-docker:1"), None)
+        .await
+        .unwrap();
+    // Same config, so the same image: it now has both repo digests.
+    assert_eq!(dimg.id, img.id);
+    assert!(dimg
+        .repo_digests
+        .contains(&format!("{}@{list_digest}", reg.reference("multi-docker"))));
+    assert_eq!(dimg.repo_digests.len(), 2);
+    let target = tmp.path().join("rootfs2");
+    store
+        .create_rootfs(&dimg.id, "c2", &target, false)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(target.join("which")).unwrap(), b"host");
+    store.remove_rootfs("c2", &target).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
