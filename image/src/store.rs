@@ -625,6 +625,7 @@ impl Store {
     pub async fn pull(&self, reference: &str, creds: Option<&Credentials>) -> Result<Image, Error> {
         let r = Reference::parse(reference)?;
         let name = r.to_string();
+        tracing::info!(reference = %name, "pulling image");
         let lock = self.key_lock(&format!("pull:{name}"));
         let _pull_guard = lock.lock().await;
         let started = std::time::Instant::now();
@@ -1728,12 +1729,20 @@ fn read_from_layers(dirs: &[PathBuf], path: &str, max: u64) -> Result<Option<Vec
         if hidden {
             return Ok(None);
         }
-        match crate::sys::open_in_root(root.as_fd(), &comps.join(&b'/'), libc::O_RDONLY) {
-            Ok(fd) => {
-                let st = crate::sys::fstat(fd.as_fd()).ctx(|| format!("stat {path}"))?;
+        // Look before opening for reading: an image's /etc/passwd could be a
+        // FIFO (open would block) or a device node (open could act on it).
+        match crate::sys::open_in_root(root.as_fd(), &comps.join(&b'/'), libc::O_PATH) {
+            Ok(pfd) => {
+                let st = crate::sys::fstat(pfd.as_fd()).ctx(|| format!("stat {path}"))?;
                 if st.st_mode & libc::S_IFMT != libc::S_IFREG {
                     return Ok(None);
                 }
+                let fd = crate::sys::open_in_root(
+                    root.as_fd(),
+                    &comps.join(&b'/'),
+                    libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+                )
+                .ctx(|| format!("opening {path} in image"))?;
                 let mut data = Vec::new();
                 std::fs::File::from(fd)
                     .take(max + 1)
@@ -1956,6 +1965,12 @@ mod tests {
             s.lookup_user("missing", "u").await,
             Err(Error::NotFound(_))
         ));
+        // A hostile image whose /etc/group is a FIFO: no hang, just no groups.
+        let layer = s.layers(&id).unwrap().remove(0);
+        let group = s.layer_dir(&layer).join("fs/etc/group");
+        std::fs::remove_file(&group).unwrap();
+        nix::unistd::mkfifo(&group, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        assert_eq!(s.lookup_user(&id, "u").await.unwrap(), (1000, 100, vec![]));
         let info = s.fs_info();
         assert!(info.image.used_bytes > 0 && info.image.inodes_used > 0);
         let cfg: serde_json::Value =
