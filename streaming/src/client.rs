@@ -306,6 +306,10 @@ pub async fn upgrade_websocket(
 }
 
 /// Local ends of an exec or attach session.
+///
+/// The streams given must match the request the URL was issued for (stdin with `stdin`,
+/// stdout with `stdout`, stderr with `stderr`): over SPDY the server waits, up to its
+/// stream creation timeout, for every stream the request asked for, as the kubelet does.
 #[derive(Default)]
 pub struct CommandIo {
     /// Sent as the command's stdin; EOF half-closes it.

@@ -33,8 +33,9 @@
 //! * `attach` does the same for the container's main process and returns when the attach
 //!   ends (the process exited, or the streams closed).
 //! * When [`StreamIo::tty`] is set, stderr is `None` (a terminal merges it into stdout) and
-//!   [`StreamIo::resize`] delivers terminal sizes; the first one arrives right after the
-//!   client connects. Sizes are coalesced: a runtime that reads slowly gets the latest.
+//!   [`StreamIo::resize`] delivers the terminal sizes the client sends (kubectl and crictl
+//!   send the initial size right after connecting). Sizes are coalesced: a runtime that
+//!   reads slowly gets the latest, and one that never reads does not hold anything up.
 //! * `port_forward` connects the stream to TCP `port` inside the sandbox's network
 //!   namespace and copies both ways until both directions have ended (shut down the
 //!   stream's write side when the port's side reaches EOF, and the port's write side when

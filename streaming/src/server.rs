@@ -242,6 +242,7 @@ enum WsSession {
 }
 
 type Slot = Arc<Mutex<Option<Pending>>>;
+type HttpResponse = Response<Full<Bytes>>;
 
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
@@ -366,7 +367,7 @@ fn command_span(cmd: &Command, proto: &'static str) -> tracing::Span {
     info_span!("session", kind, container = %cmd.container_id(), proto)
 }
 
-fn reply(status: StatusCode, msg: impl Into<String>) -> Response<Full<Bytes>> {
+fn reply(status: StatusCode, msg: impl Into<String>) -> HttpResponse {
     let mut body = msg.into();
     body.push('\n');
     let mut resp = Response::new(Full::new(Bytes::from(body)));
@@ -378,7 +379,7 @@ fn reply(status: StatusCode, msg: impl Into<String>) -> Response<Full<Bytes>> {
     resp
 }
 
-fn not_found() -> Response<Full<Bytes>> {
+fn not_found() -> HttpResponse {
     reply(StatusCode::NOT_FOUND, "404 page not found")
 }
 
@@ -413,7 +414,7 @@ fn is_spdy(headers: &HeaderMap) -> bool {
         && header_contains(headers, header::UPGRADE, "spdy/3.1")
 }
 
-fn route(state: &State, mut req: Request<Incoming>, slot: &Slot) -> Response<Full<Bytes>> {
+fn route(state: &State, mut req: Request<Incoming>, slot: &Slot) -> HttpResponse {
     if req.method() != Method::GET && req.method() != Method::POST {
         return reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     }
@@ -479,7 +480,7 @@ fn log_query_mismatch(query: &str, req: &ExecRequest) {
     }
 }
 
-fn spdy_switch(protocol: Option<&str>) -> Response<Full<Bytes>> {
+fn spdy_switch(protocol: Option<&str>) -> HttpResponse {
     let mut resp = Response::new(Full::new(Bytes::new()));
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();
@@ -501,7 +502,7 @@ fn spdy_switch(protocol: Option<&str>) -> Response<Full<Bytes>> {
 fn spdy_negotiate(
     headers: &HeaderMap,
     supported: &[&'static str],
-) -> Result<&'static str, Response<Full<Bytes>>> {
+) -> Result<&'static str, Box<HttpResponse>> {
     let offered = header_values(headers, protocol::HEADER_PROTOCOL_VERSION);
     if offered.is_empty() {
         return Ok("");
@@ -521,7 +522,7 @@ fn spdy_negotiate(
                     HeaderValue::from_static(p),
                 );
             }
-            Err(resp)
+            Err(Box::new(resp))
         }
     }
 }
@@ -532,13 +533,16 @@ fn ws_negotiate(
     headers: &HeaderMap,
     supported: &[&'static str],
     allow_none: bool,
-) -> Result<(&'static str, Response<Full<Bytes>>), Response<Full<Bytes>>> {
+) -> Result<(&'static str, HttpResponse), Box<HttpResponse>> {
     let version_ok = headers
         .get(header::SEC_WEBSOCKET_VERSION)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim() == "13");
     let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
-        return Err(reply(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key"));
+        return Err(Box::new(reply(
+            StatusCode::BAD_REQUEST,
+            "missing Sec-WebSocket-Key",
+        )));
     };
     if !version_ok {
         let mut resp = reply(StatusCode::BAD_REQUEST, "unsupported WebSocket version");
@@ -546,7 +550,7 @@ fn ws_negotiate(
             header::SEC_WEBSOCKET_VERSION,
             HeaderValue::from_static("13"),
         );
-        return Err(resp);
+        return Err(Box::new(resp));
     }
     let offered = header_values(headers, header::SEC_WEBSOCKET_PROTOCOL.as_str());
     let chosen = if offered.is_empty() && allow_none {
@@ -554,12 +558,14 @@ fn ws_negotiate(
     } else {
         match protocol::negotiate(&offered, supported) {
             Some(p) => p,
-            None => return Err(reply(
-                StatusCode::FORBIDDEN,
-                format!(
+            None => {
+                return Err(Box::new(reply(
+                    StatusCode::FORBIDDEN,
+                    format!(
                     "requested protocol(s) are not supported: {offered:?}; supports {supported:?}"
                 ),
-            )),
+                )))
+            }
         }
     };
     let mut resp = Response::new(Full::new(Bytes::new()));
@@ -584,7 +590,7 @@ fn command_upgrade(
     headers: &HeaderMap,
     cmd: Command,
     on_upgrade: OnUpgrade,
-) -> (Response<Full<Bytes>>, Option<Pending>) {
+) -> (HttpResponse, Option<Pending>) {
     if is_websocket(headers) {
         match ws_negotiate(headers, protocol::WS_REMOTECOMMAND_PROTOCOLS, true) {
             Ok((chosen, resp)) => match protocol::ws_remotecommand(chosen) {
@@ -597,7 +603,7 @@ fn command_upgrade(
                 ),
                 None => (reply(StatusCode::FORBIDDEN, "unsupported protocol"), None),
             },
-            Err(resp) => (resp, None),
+            Err(resp) => (*resp, None),
         }
     } else if is_spdy(headers) {
         match spdy_negotiate(headers, protocol::SPDY_REMOTECOMMAND_PROTOCOLS) {
@@ -611,7 +617,7 @@ fn command_upgrade(
                 ),
                 None => (reply(StatusCode::FORBIDDEN, "unsupported protocol"), None),
             },
-            Err(resp) => (resp, None),
+            Err(resp) => (*resp, None),
         }
     } else {
         (
@@ -671,11 +677,11 @@ fn port_forward_upgrade(
     query: &str,
     req: PortForwardRequest,
     on_upgrade: OnUpgrade,
-) -> (Response<Full<Bytes>>, Option<Pending>) {
+) -> (HttpResponse, Option<Pending>) {
     if is_websocket(headers) {
         let (chosen, resp) = match ws_negotiate(headers, protocol::WS_PORTFORWARD_PROTOCOLS, true) {
             Ok(x) => x,
-            Err(resp) => return (resp, None),
+            Err(resp) => return (*resp, None),
         };
         if let Some(inner) = chosen.strip_prefix(protocol::SPDY_TUNNELING_PREFIX) {
             debug!(protocol = inner, "SPDY tunnelled through WebSocket");
@@ -705,7 +711,7 @@ fn port_forward_upgrade(
                 spdy_switch(Some(chosen)),
                 Some(Pending::Spdy(on_upgrade, SpdySession::PortForward(req))),
             ),
-            Err(resp) => (resp, None),
+            Err(resp) => (*resp, None),
         }
     } else {
         (

@@ -135,15 +135,15 @@ impl Shared {
 
     fn is_peer_ping(&self, id: u32) -> bool {
         match self.role {
-            Role::Server => id % 2 == 1,
-            Role::Client => id != 0 && id % 2 == 0,
+            Role::Server => id & 1 == 1,
+            Role::Client => id != 0 && id & 1 == 0,
         }
     }
 
     fn is_peer_stream(&self, id: u32) -> bool {
         match self.role {
-            Role::Server => id % 2 == 1,
-            Role::Client => id % 2 == 0,
+            Role::Server => id & 1 == 1,
+            Role::Client => id & 1 == 0,
         }
     }
 
@@ -236,6 +236,12 @@ impl Shared {
 /// Streams the peer opened, already replied to.
 pub struct Incoming {
     rx: mpsc::Receiver<Stream>,
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming").finish_non_exhaustive()
+    }
 }
 
 impl Incoming {
@@ -775,6 +781,7 @@ impl AsyncWrite for Stream {
 }
 
 /// The readable half of a [`Stream`].
+#[derive(Debug)]
 pub struct StreamReader {
     id: u32,
     inner: InboundReader,
