@@ -114,10 +114,10 @@ async fn run(
     client_gone: impl Future<Output = ()>,
 ) {
     let opts = cmd.opts();
-    let (resize_rx, resize_task) = match streams.resize.take() {
+    let (resize_rx, _resize_pump) = match streams.resize.take() {
         Some(r) if opts.tty => {
-            let (rx, task) = resize::spawn_pump(r);
-            (Some(rx), Some(task))
+            let (rx, pump) = resize::spawn_pump(r);
+            (Some(rx), Some(pump))
         }
         _ => (None, None),
     };
@@ -147,9 +147,6 @@ async fn run(
         r = work => Some(r),
         _ = client_gone => None,
     };
-    if let Some(t) = resize_task {
-        t.abort();
-    }
     let status = match outcome {
         None => {
             info!("client disconnected; session abandoned");

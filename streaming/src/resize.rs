@@ -85,7 +85,7 @@ impl EventParser {
 /// replaces it, so the runtime always gets the latest size and a runtime that ignores resizes
 /// never makes the pump — and through it the connection — stall. The pump keeps draining
 /// `src` after the runtime drops the receiver, for the same reason.
-pub(crate) fn spawn_pump<R>(mut src: R) -> (mpsc::Receiver<TerminalSize>, JoinHandle<()>)
+pub(crate) fn spawn_pump<R>(mut src: R) -> (mpsc::Receiver<TerminalSize>, PumpGuard)
 where
     R: AsyncRead + Send + Unpin + 'static,
 {
@@ -132,7 +132,16 @@ where
             }
         }
     });
-    (rx, task)
+    (rx, PumpGuard(task))
+}
+
+/// Stops the pump when the session that started it ends, however it ends.
+pub(crate) struct PumpGuard(JoinHandle<()>);
+
+impl Drop for PumpGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 async fn drain<R: AsyncRead + Unpin>(src: &mut R) {
@@ -209,6 +218,13 @@ mod tests {
                 .unwrap();
         }
         drop(client);
-        task.await.unwrap();
+        // The pump ends by itself at EOF.
+        for _ in 0..100 {
+            if task.0.is_finished() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(task.0.is_finished());
     }
 }
