@@ -379,3 +379,53 @@ async fn kubectl_1_33_port_forward_over_spdy() {
 async fn kubectl_1_27_port_forward_over_spdy() {
     port_forward_round("1.27", false).await;
 }
+
+/// `kubectl exec -it` needs a terminal: run it under `script`, which gives it a pty sized by
+/// `stty`. kubectl sends that size on the resize stream/channel; the fake prints it.
+async fn tty_round(version: &str, spdy_only: bool) {
+    let Some(bin) = kubectl(version) else { return };
+    if !std::path::Path::new("/usr/bin/script").exists() {
+        eprintln!("skipping: no /usr/bin/script");
+        return;
+    }
+    let env = env(Fake::default()).await;
+    let mut inner = format!(
+        "stty cols 123 rows 45; {} --server={} --cache-dir={} exec -it {POD} -- resizes 1",
+        bin.display(),
+        env.apiserver,
+        env.cache.display()
+    );
+    if spdy_only {
+        inner = format!("KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false {inner}");
+    }
+    let mut c = Command::new("/usr/bin/script");
+    c.args(["-qec", &inner, "/dev/null"])
+        .env("KUBECONFIG", "/nonexistent-kubeconfig")
+        .env("HOME", &env.cache)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), c.output())
+        .await
+        .expect("kubectl under script hung")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("123x45"),
+        "stdout: {stdout:?} stderr: {:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{:?}", out.status);
+    let _ = std::fs::remove_dir_all(&env.cache);
+}
+
+#[tokio::test]
+async fn kubectl_1_33_exec_tty_sends_its_terminal_size_over_websocket() {
+    tty_round("1.33", false).await;
+}
+
+#[tokio::test]
+async fn kubectl_1_27_exec_tty_sends_its_terminal_size_over_spdy() {
+    tty_round("1.27", false).await;
+}
