@@ -662,6 +662,12 @@ impl WsPortForward {
         protocol: &str,
         opts: &ClientOptions,
     ) -> Result<Self, ClientError> {
+        if ports.is_empty() || ports.len() > 127 {
+            return Err(ClientError::Protocol(format!(
+                "{} ports: one WebSocket forwards 1 to 127",
+                ports.len()
+            )));
+        }
         let mut url = url.to_string();
         for (i, p) in ports.iter().enumerate() {
             url.push(if i == 0 && !url.contains('?') {

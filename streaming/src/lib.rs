@@ -66,6 +66,23 @@
 //!
 //! The [`client`] module (cargo feature `client`) implements the client side of all of
 //! these, for tests here and in the daemon.
+//!
+//! # Limits
+//!
+//! A SPDY connection queues at most 8 MiB of received payload for slow readers (then stops
+//! reading the socket), accepts control frames up to 64 KiB and header blocks inflating to
+//! 256 KiB, and at most 256 open streams; a WebSocket message is at most 4 MiB. Headers must
+//! arrive within 30 s, TLS handshakes within 10 s, requested streams within
+//! [`Config::stream_creation_timeout`]; sessions idle for [`Config::stream_idle_timeout`]
+//! are closed.
+//!
+//! # Tests
+//!
+//! Unit tests sit beside the code (framing, compression against reference zlib output,
+//! channel codec, token cache, resize parsing). `tests/` drives a real [`Server`] with a fake
+//! [`Runtime`] through the [`client`] module, and `tests/kubectl.rs` runs the real kubectl
+//! binaries of the machine image (1.27 and 1.33: SPDY, WebSocket v5, SPDY over WebSocket)
+//! against it through a minimal fake API server.
 
 #![warn(missing_docs)]
 

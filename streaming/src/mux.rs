@@ -3,7 +3,7 @@
 //!
 //! A connection's reader task demultiplexes incoming payload into one queue per stream. The
 //! queues themselves are unbounded, but every queued byte holds a permit of one per-connection
-//! [`Budget`]: when a consumer stops reading, the budget runs out and the reader task stops
+//! `Budget`: when a consumer stops reading, the budget runs out and the reader task stops
 //! reading the socket, which pushes back on the peer through TCP. So a peer can make us buffer
 //! at most the budget, however many streams it opens — the same head-of-line behaviour the
 //! Go implementations (spdystream's bounded frame queues, wsstream's io.Pipe) have.
