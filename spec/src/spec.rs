@@ -153,6 +153,12 @@ fn annotations_json(inputs: &ContainerInputs<'_>) -> Map<String, Value> {
 }
 
 pub(crate) fn build(inputs: &ContainerInputs<'_>) -> Result<Spec> {
+    serde_json::from_value(build_value(inputs)?)
+        .map_err(|e| SpecError::internal(format!("runtime spec: {e}")))
+}
+
+/// The spec as JSON, before it is parsed into the OCI type (tests compare the two).
+pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
     let config = inputs.config;
     let host = inputs.host;
     let sc: LinuxContainerSecurityContext = config
@@ -301,22 +307,18 @@ pub(crate) fn build(inputs: &ContainerInputs<'_>) -> Result<Spec> {
         };
     }
 
-    let spec = json!({
+    Ok(json!({
         "ociVersion": OCI_VERSION,
         "root": {"path": inputs.rootfs, "readonly": sc.readonly_rootfs},
         "process": process,
         "mounts": plan.mounts,
         "annotations": annotations_json(inputs),
         "linux": linux,
-    });
-    serde_json::from_value(spec).map_err(|e| SpecError::internal(format!("runtime spec: {e}")))
+    }))
 }
 
-/// The spec as `config.json` bytes, with capability sets sorted so the same spec always
-/// serializes the same (oci-spec keeps them in hash sets).
-pub fn spec_json(spec: &Spec) -> Result<Vec<u8>> {
-    let mut v = serde_json::to_value(spec)
-        .map_err(|e| SpecError::internal(format!("runtime spec: {e}")))?;
+/// Sorts the capability sets of a spec's JSON (oci-spec keeps them in hash sets).
+pub(crate) fn sort_capabilities(v: &mut Value) {
     if let Some(caps) = v
         .pointer_mut("/process/capabilities")
         .and_then(Value::as_object_mut)
@@ -327,6 +329,14 @@ pub fn spec_json(spec: &Spec) -> Result<Vec<u8>> {
             }
         }
     }
+}
+
+/// The spec as `config.json` bytes, with capability sets sorted so the same spec always
+/// serializes the same (oci-spec keeps them in hash sets).
+pub fn spec_json(spec: &Spec) -> Result<Vec<u8>> {
+    let mut v = serde_json::to_value(spec)
+        .map_err(|e| SpecError::internal(format!("runtime spec: {e}")))?;
+    sort_capabilities(&mut v);
     serde_json::to_vec_pretty(&v).map_err(|e| SpecError::internal(format!("runtime spec: {e}")))
 }
 
