@@ -143,7 +143,7 @@ pub struct ContainerInputs<'a> {
     pub target_pid: Option<u32>,
     pub host: &'a HostFacts,
     /// Host look-ups for bind mounts and devices (the daemon passes [`RealHost`]).
-    pub paths: &'a dyn HostPaths,
+    pub paths: &'a (dyn HostPaths + Sync),
 }
 
 /// The OCI runtime spec of an application container. See the crate documentation for what

@@ -180,6 +180,11 @@ pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
              (sandbox_config.linux.security_context.privileged), so no container in it may be",
         ));
     }
+    if !config.cdi_devices.is_empty() {
+        return Err(SpecError::invalid(
+            "config.cdi_devices: CDI devices are not supported",
+        ));
+    }
     let container_ns = sc.namespace_options.clone().unwrap_or_default();
     let sandbox_ns = sandbox_sc.namespace_options.clone().unwrap_or_default();
 

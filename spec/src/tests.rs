@@ -8,10 +8,10 @@ use peapod_proto::v1::{
     NamespaceOption, PodSandboxMetadata, SecurityProfile, UserNamespace,
 };
 use serde_json::{json, Value};
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// A host where every bind source exists as given unless told otherwise.
 #[derive(Default)]
@@ -20,7 +20,7 @@ struct FakeHost {
     failing: Vec<PathBuf>,
     propagation: HashMap<PathBuf, HostPropagation>,
     devices: HashMap<PathBuf, Vec<HostDevice>>,
-    relabeled: RefCell<Vec<(PathBuf, String)>>,
+    relabeled: Mutex<Vec<(PathBuf, String)>>,
 }
 
 impl HostPaths for FakeHost {
@@ -49,7 +49,8 @@ impl HostPaths for FakeHost {
     }
     fn relabel(&self, path: &Path, label: &str) -> io::Result<()> {
         self.relabeled
-            .borrow_mut()
+            .lock()
+            .unwrap()
             .push((path.to_path_buf(), label.to_string()));
         Ok(())
     }
@@ -848,7 +849,7 @@ fn selinux_relabel_only_when_enabled() {
         ..Default::default()
     });
     f.json();
-    assert!(f.paths.relabeled.borrow().is_empty());
+    assert!(f.paths.relabeled.lock().unwrap().is_empty());
     f.host.selinux_enabled = true;
     let s = f.json();
     assert_eq!(
@@ -859,7 +860,7 @@ fn selinux_relabel_only_when_enabled() {
         s["linux"]["mountLabel"],
         "system_u:object_r:container_file_t:s0:c1,c2"
     );
-    let relabeled = f.paths.relabeled.borrow();
+    let relabeled = f.paths.relabeled.lock().unwrap();
     assert!(relabeled.iter().any(|(p, _)| p == Path::new("/srv/data")));
     assert!(relabeled
         .iter()
@@ -1119,6 +1120,15 @@ fn capability_errors_surface() {
 }
 
 #[test]
+fn cdi_devices_are_refused() {
+    let mut f = Fixture::new();
+    f.config.cdi_devices = vec![peapod_proto::v1::CdiDevice {
+        name: "vendor.com/gpu=0".into(),
+    }];
+    assert!(f.err().contains("config.cdi_devices"));
+}
+
+#[test]
 fn oom_score_adj_out_of_range() {
     let mut f = Fixture::new();
     f.config
@@ -1229,59 +1239,75 @@ fn runc_accepts_the_generated_spec() {
     let data = work.path().join("data");
 
     let host = HostFacts::detect(false);
-    let run = |name: &str, config: ContainerConfig| -> std::process::Output {
-        let sandbox = PodSandboxConfig::default();
-        let image = ImageConfig::default();
-        let user = ResolvedUser::default();
-        let spec = container_spec(&ContainerInputs {
-            id: name,
-            config: &config,
-            sandbox: SandboxRef {
-                id: "sb-test",
-                config: &sandbox,
-                pause_pid: std::process::id(),
-                netns: None,
-                dir: &sandbox_dir,
-                shm: None,
-            },
-            image: &image,
-            user: &user,
-            rootfs: &rootfs,
-            cgroups_path: "",
-            target_pid: None,
-            host: &host,
-            paths: &RealHost,
-        })
-        .unwrap();
-        // No pod here: new network, IPC, UTS and PID namespaces instead of the pause's.
-        let mut v: Value = serde_json::from_slice(&spec_json(&spec).unwrap()).unwrap();
-        for n in v["linux"]["namespaces"].as_array_mut().unwrap() {
-            if ["network", "ipc", "uts", "pid"].contains(&n["type"].as_str().unwrap()) {
-                n.as_object_mut().unwrap().remove("path");
-            }
-        }
-        std::fs::write(
-            bundle.join("config.json"),
-            serde_json::to_vec_pretty(&v).unwrap(),
-        )
-        .unwrap();
-        let root = work.path().join("runc");
-        let out = Command::new("runc")
-            .arg("--root")
-            .arg(&root)
-            .args(["run", "-b"])
-            .arg(&bundle)
-            .arg(name)
-            .stdin(std::process::Stdio::null())
-            .output()
+    let run_as =
+        |name: &str, config: ContainerConfig, user: ResolvedUser| -> std::process::Output {
+            // A privileged container needs a privileged pod.
+            let privileged = config
+                .linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .is_some_and(|s| s.privileged);
+            let sandbox = PodSandboxConfig {
+                linux: Some(LinuxPodSandboxConfig {
+                    security_context: Some(LinuxSandboxSecurityContext {
+                        privileged,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let image = ImageConfig::default();
+            let spec = container_spec(&ContainerInputs {
+                id: name,
+                config: &config,
+                sandbox: SandboxRef {
+                    id: "sb-test",
+                    config: &sandbox,
+                    pause_pid: std::process::id(),
+                    netns: None,
+                    dir: &sandbox_dir,
+                    shm: None,
+                },
+                image: &image,
+                user: &user,
+                rootfs: &rootfs,
+                cgroups_path: "",
+                target_pid: None,
+                host: &host,
+                paths: &RealHost,
+            })
             .unwrap();
-        let _ = Command::new("runc")
-            .arg("--root")
-            .arg(&root)
-            .args(["delete", "-f", name])
-            .output();
-        out
-    };
+            // No pod here: new network, IPC, UTS and PID namespaces instead of the pause's.
+            let mut v: Value = serde_json::from_slice(&spec_json(&spec).unwrap()).unwrap();
+            for n in v["linux"]["namespaces"].as_array_mut().unwrap() {
+                if ["network", "ipc", "uts", "pid"].contains(&n["type"].as_str().unwrap()) {
+                    n.as_object_mut().unwrap().remove("path");
+                }
+            }
+            std::fs::write(
+                bundle.join("config.json"),
+                serde_json::to_vec_pretty(&v).unwrap(),
+            )
+            .unwrap();
+            let root = work.path().join("runc");
+            let out = Command::new("runc")
+                .arg("--root")
+                .arg(&root)
+                .args(["run", "-b"])
+                .arg(&bundle)
+                .arg(name)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let _ = Command::new("runc")
+                .arg("--root")
+                .arg(&root)
+                .args(["delete", "-f", name])
+                .output();
+            out
+        };
+    let run = |name: &str, config: ContainerConfig| run_as(name, config, ResolvedUser::default());
     let show = |o: &std::process::Output| {
         format!(
             "status {:?}\nstdout: {}\nstderr: {}",
@@ -1372,6 +1398,66 @@ fn runc_accepts_the_generated_spec() {
         String::from_utf8_lossy(&out.stdout),
         "peapod-test\nro\nmasked\n0\n"
     );
+
+    // Another user with supplementary groups, under the default seccomp profile.
+    let mut user = base();
+    user.args = vec!["sh".into(), "-c".into(), "id -u; id -g; id -G".into()];
+    user.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .supplemental_groups = vec![3000];
+    let out = run_as(
+        "peapod-spec-user",
+        user,
+        ResolvedUser {
+            uid: 1000,
+            gid: 1001,
+            additional_gids: vec![44],
+        },
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1000\n1001\n1001 44 3000\n"
+    );
+
+    // Privileged: every capability of the daemon's bounding set, the host's devices,
+    // a writable /sys.
+    let mut privileged = base();
+    privileged.args = vec![
+        "sh".into(),
+        "-c".into(),
+        "test -c /dev/null && test -e /dev/kmsg && grep CapEff /proc/self/status; \
+         grep -q ' /sys sysfs rw' /proc/mounts && echo sys-rw"
+            .into(),
+    ];
+    let sc = privileged
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap();
+    sc.privileged = true;
+    let out = run("peapod-spec-privileged", privileged);
+    assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let eff = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let own = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(eff, own, "{}", show(&out));
+    assert!(stdout.contains("sys-rw"), "{}", show(&out));
     assert!(
         data.is_dir(),
         "a missing host path is created, as containerd does"
