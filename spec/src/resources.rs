@@ -17,7 +17,30 @@ use serde_json::{json, Map, Value};
 /// * `unified`, only on cgroup v2 (runc refuses it on v1).
 ///
 /// No device rules: `container_spec` adds those.
-pub(crate) fn resources_json(r: &LinuxContainerResources, host: &HostFacts) -> Map<String, Value> {
+pub(crate) fn resources_json(
+    r: &LinuxContainerResources,
+    host: &HostFacts,
+) -> Result<Map<String, Value>> {
+    let field = "config.linux.resources";
+    for (name, v) in [("cpu_period", r.cpu_period), ("cpu_shares", r.cpu_shares)] {
+        if v < 0 {
+            return Err(SpecError::invalid(format!(
+                "{field}.{name}: {v} is negative"
+            )));
+        }
+    }
+    // -1 is "unlimited" for these (runc and the kernel take it); anything lower is nonsense.
+    for (name, v) in [
+        ("cpu_quota", r.cpu_quota),
+        ("memory_limit_in_bytes", r.memory_limit_in_bytes),
+        ("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes),
+    ] {
+        if v < -1 {
+            return Err(SpecError::invalid(format!(
+                "{field}.{name}: {v} is below -1"
+            )));
+        }
+    }
     let mut out = Map::new();
     let mut cpu = Map::new();
     if r.cpu_period != 0 {
@@ -71,14 +94,14 @@ pub(crate) fn resources_json(r: &LinuxContainerResources, host: &HostFacts) -> M
             .collect();
         out.insert("unified".into(), Value::Object(unified));
     }
-    out
+    Ok(out)
 }
 
 /// The OCI `linux.resources` for a CRI resources message (for CreateContainer, and for
 /// UpdateContainerResources → `runc update --resources`). See `resources_json` for the
 /// mapping. Device rules are not included.
 pub fn linux_resources(r: &LinuxContainerResources, host: &HostFacts) -> Result<LinuxResources> {
-    serde_json::from_value(Value::Object(resources_json(r, host)))
+    serde_json::from_value(Value::Object(resources_json(r, host)?))
         .map_err(|e| SpecError::internal(format!("linux.resources: {e}")))
 }
 
@@ -137,7 +160,7 @@ mod tests {
 
     #[test]
     fn v1_fixture() {
-        let got = Value::Object(resources_json(&full(), &v1_host()));
+        let got = Value::Object(resources_json(&full(), &v1_host()).unwrap());
         assert_eq!(
             got,
             json!({
@@ -155,7 +178,7 @@ mod tests {
     fn v2_fixture_has_unified() {
         let mut r = full();
         r.memory_swap_limit_in_bytes = 128 << 20;
-        let got = Value::Object(resources_json(&r, &v2_host()));
+        let got = Value::Object(resources_json(&r, &v2_host()).unwrap());
         assert_eq!(got["unified"], json!({"memory.high": "50000000"}));
         assert_eq!(got["memory"], json!({"limit": 67108864, "swap": 134217728}));
         let typed = linux_resources(&r, &v2_host()).unwrap();
@@ -164,7 +187,7 @@ mod tests {
 
     #[test]
     fn missing_controllers_drop_swap_and_hugepages() {
-        let got = Value::Object(resources_json(&full(), &HostFacts::default()));
+        let got = Value::Object(resources_json(&full(), &HostFacts::default()).unwrap());
         assert_eq!(got["memory"], json!({"limit": 67108864}));
         assert!(got.get("hugepageLimits").is_none());
         assert!(got.get("unified").is_none());
@@ -172,7 +195,7 @@ mod tests {
 
     #[test]
     fn empty_is_empty() {
-        let got = resources_json(&LinuxContainerResources::default(), &v2_host());
+        let got = resources_json(&LinuxContainerResources::default(), &v2_host()).unwrap();
         assert!(got.is_empty());
         let typed = linux_resources(&LinuxContainerResources::default(), &v2_host()).unwrap();
         assert_eq!(serde_json::to_value(&typed).unwrap(), json!({}));
@@ -184,8 +207,40 @@ mod tests {
             memory_swap_limit_in_bytes: 1 << 30,
             ..Default::default()
         };
-        let got = Value::Object(resources_json(&r, &v1_host()));
+        let got = Value::Object(resources_json(&r, &v1_host()).unwrap());
         assert_eq!(got, json!({"memory": {"swap": 1073741824}}));
+    }
+
+    #[test]
+    fn negative_values() {
+        let bad = [
+            LinuxContainerResources {
+                cpu_period: -1,
+                ..Default::default()
+            },
+            LinuxContainerResources {
+                cpu_shares: -2,
+                ..Default::default()
+            },
+            LinuxContainerResources {
+                cpu_quota: -2,
+                ..Default::default()
+            },
+            LinuxContainerResources {
+                memory_limit_in_bytes: -5,
+                ..Default::default()
+            },
+        ];
+        for r in bad {
+            assert!(linux_resources(&r, &v1_host()).is_err(), "{r:?}");
+        }
+        let unlimited = LinuxContainerResources {
+            cpu_quota: -1,
+            memory_limit_in_bytes: -1,
+            ..Default::default()
+        };
+        let got = Value::Object(resources_json(&unlimited, &HostFacts::default()).unwrap());
+        assert_eq!(got, json!({"cpu": {"quota": -1}, "memory": {"limit": -1}}));
     }
 
     #[test]

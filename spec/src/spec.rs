@@ -272,6 +272,7 @@ pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
     let mut res = resources
         .as_ref()
         .map(|r| resources_json(r, host))
+        .transpose()?
         .unwrap_or_default();
     res.insert("devices".into(), Value::Array(devices.rules));
 
