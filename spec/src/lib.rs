@@ -10,7 +10,7 @@
 //! ```text
 //! let req   = user_to_resolve(&config, &image)?;            // what to look up
 //! let user  = resolve_user(&req, passwd_text, group_text)?;  // from <rootfs>/etc/{passwd,group}
-//! let host  = HostFacts::detect(runtime_supports_rro(&features)); // once, at start-up
+//! let host  = HostFacts::detect(runtime_supports_rro(&features)); // once: `runc features`
 //! let spec  = container_spec(&ContainerInputs {
 //!     id, config: &config, image: &image, user: &user, rootfs, cgroups_path: &cgroups_path(parent, id),
 //!     sandbox: SandboxRef { id: sandbox_id, config: &sandbox_config, pause_pid, netns, dir, shm },
@@ -50,10 +50,22 @@
 //!   sysctls are namespaced ones applied to the pause container, whose namespaces the
 //!   containers join (containerd and CRI-O do the same; the CRI has no container sysctls).
 //!
+//! ## Choices where the CRI is silent or cannot say
+//!
+//! * Masked and read-only paths: an empty CRI list means the defaults
+//!   ([`DEFAULT_MASKED_PATHS`], [`DEFAULT_READONLY_PATHS`]); see `masked_and_readonly`.
+//! * No seccomp profile asked for (neither `seccomp` nor `seccomp_profile_path`) means
+//!   unconfined, as the CRI documents; no AppArmor profile asked for means RuntimeDefault.
+//! * Config annotations are copied except `io.kubernetes.cri.*` (ours), `run.oci.*` and
+//!   `org.criu.*` (read by OCI runtimes).
+//! * Memory swap: the requested swap limit, else the memory limit (no swapping), only where
+//!   swap is accounted ([`HostFacts::swap_controller`]).
+//!
 //! ## Not supported (refused with InvalidArgument)
 //!
-//! Image volume mounts (`Mount.image`), id-mapped mounts, user namespaces, recursive
-//! read-only mounts where the host lacks them.
+//! Image volume mounts (`Mount.image`), id-mapped mounts, user namespaces, CDI devices,
+//! recursive read-only mounts where the host lacks them. Image `VOLUME`s are not turned into
+//! anonymous volumes (the rootfs holds their content, writable unless `readonly_rootfs`).
 
 mod caps;
 mod devices;
