@@ -64,6 +64,13 @@ pub fn restrict(requested: i32) -> i32 {
     value
 }
 
+/// The lowest oom_score_adj this daemon may give: its own value when it lacks
+/// CAP_SYS_RESOURCE, `None` when it may lower freely.
+pub fn floor() -> Option<i32> {
+    let f = facts();
+    (!f.can_lower).then_some(f.own)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

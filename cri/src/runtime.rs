@@ -66,6 +66,7 @@ impl Runtime {
             containers: RwLock::new(ContainerTable::default()),
         });
         rt.load_records()?;
+        rt.resume_watches();
         Ok(rt)
     }
 

@@ -4,6 +4,7 @@
 pub mod daemon;
 pub mod fixtures;
 pub mod host;
+pub mod pods;
 pub mod slot;
 
 pub use daemon::{DaemonOptions, TestDaemon};

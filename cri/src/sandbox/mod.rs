@@ -243,7 +243,7 @@ impl Runtime {
     }
 
     /// Marks the sandbox not ready when its pause container exits.
-    fn watch_pause(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
+    pub(crate) fn watch_pause(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
         let rt = self.clone();
         tokio::spawn(async move {
             let rec = sandbox.get();

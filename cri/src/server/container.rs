@@ -1,73 +1,118 @@
 //! CreateContainer, StartContainer, StopContainer, RemoveContainer, ListContainers,
 //! ContainerStatus, UpdateContainerResources, ReopenContainerLog.
 
+use crate::container::{query, CreateContainer};
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-fn unimplemented<T>(rpc: &str) -> Result<T> {
-    Err(Error::Unimplemented(format!(
-        "{rpc}: application containers are not implemented yet (peapod runs pod sandboxes only)"
-    )))
+fn require_id(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::invalid("container_id is required"));
+    }
+    Ok(())
 }
 
+#[tracing::instrument(name = "CreateContainer", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn create(
-    _rt: &Arc<Runtime>,
-    _req: cri::CreateContainerRequest,
+    rt: &Arc<Runtime>,
+    req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse> {
-    unimplemented("CreateContainer")
+    if req.pod_sandbox_id.is_empty() {
+        return Err(Error::invalid("pod_sandbox_id is required"));
+    }
+    let config = req
+        .config
+        .ok_or_else(|| Error::invalid("config is required"))?;
+    let id = rt
+        .create_container(CreateContainer {
+            sandbox_id: req.pod_sandbox_id,
+            config,
+            sandbox_config: req.sandbox_config,
+        })
+        .await?;
+    Ok(cri::CreateContainerResponse { container_id: id })
 }
 
+#[tracing::instrument(name = "StartContainer", skip_all, fields(container = %req.container_id))]
 pub async fn start(
-    _rt: &Arc<Runtime>,
-    _req: cri::StartContainerRequest,
+    rt: &Arc<Runtime>,
+    req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse> {
-    unimplemented("StartContainer")
+    require_id(&req.container_id)?;
+    rt.start_container(&req.container_id).await?;
+    Ok(cri::StartContainerResponse {})
 }
 
+#[tracing::instrument(name = "StopContainer", skip_all, fields(container = %req.container_id, timeout = req.timeout))]
 pub async fn stop(
-    _rt: &Arc<Runtime>,
-    _req: cri::StopContainerRequest,
+    rt: &Arc<Runtime>,
+    req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse> {
-    unimplemented("StopContainer")
+    require_id(&req.container_id)?;
+    rt.stop_container(&req.container_id, req.timeout).await?;
+    Ok(cri::StopContainerResponse {})
 }
 
+#[tracing::instrument(name = "RemoveContainer", skip_all, fields(container = %req.container_id))]
 pub async fn remove(
-    _rt: &Arc<Runtime>,
-    _req: cri::RemoveContainerRequest,
+    rt: &Arc<Runtime>,
+    req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse> {
-    unimplemented("RemoveContainer")
+    require_id(&req.container_id)?;
+    rt.remove_container(&req.container_id).await?;
+    Ok(cri::RemoveContainerResponse {})
 }
 
-pub fn list(
-    _rt: &Runtime,
-    _req: cri::ListContainersRequest,
-) -> Result<cri::ListContainersResponse> {
-    // No containers exist yet: an empty list is the truth, and the kubelet lists constantly.
-    Ok(cri::ListContainersResponse { containers: vec![] })
+#[tracing::instrument(name = "ListContainers", skip_all)]
+pub fn list(rt: &Runtime, req: cri::ListContainersRequest) -> Result<cri::ListContainersResponse> {
+    let containers = rt
+        .list_containers(req.filter.as_ref())
+        .iter()
+        .map(query::to_list_item)
+        .collect();
+    Ok(cri::ListContainersResponse { containers })
 }
 
+#[tracing::instrument(name = "ContainerStatus", skip_all, fields(container = %req.container_id))]
 pub async fn status(
-    _rt: &Arc<Runtime>,
+    rt: &Arc<Runtime>,
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse> {
-    Err(Error::not_found(format!(
-        "container {:?} not found",
-        req.container_id
-    )))
+    require_id(&req.container_id)?;
+    let rec = rt.container_record(&req.container_id)?;
+    let info = if req.verbose {
+        query::verbose_info(&rec)
+    } else {
+        Default::default()
+    };
+    Ok(cri::ContainerStatusResponse {
+        status: Some(query::to_status(&rec)),
+        info,
+    })
 }
 
+#[tracing::instrument(name = "UpdateContainerResources", skip_all, fields(container = %req.container_id))]
 pub async fn update_resources(
-    _rt: &Arc<Runtime>,
-    _req: cri::UpdateContainerResourcesRequest,
+    rt: &Arc<Runtime>,
+    req: cri::UpdateContainerResourcesRequest,
 ) -> Result<cri::UpdateContainerResourcesResponse> {
-    unimplemented("UpdateContainerResources")
+    require_id(&req.container_id)?;
+    let linux = req
+        .linux
+        .ok_or_else(|| Error::invalid("linux resources are required"))?;
+    rt.update_container_resources(&req.container_id, linux)
+        .await?;
+    Ok(cri::UpdateContainerResourcesResponse {})
 }
 
+#[tracing::instrument(name = "ReopenContainerLog", skip_all, fields(container = %req.container_id))]
 pub async fn reopen_log(
-    _rt: &Arc<Runtime>,
-    _req: cri::ReopenContainerLogRequest,
+    rt: &Arc<Runtime>,
+    req: cri::ReopenContainerLogRequest,
 ) -> Result<cri::ReopenContainerLogResponse> {
-    unimplemented("ReopenContainerLog")
+    require_id(&req.container_id)?;
+    rt.reopen_container_log(&req.container_id).await?;
+    Ok(cri::ReopenContainerLogResponse {})
 }

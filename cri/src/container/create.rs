@@ -1,0 +1,309 @@
+//! CreateContainer.
+
+use super::rootfs_files::read_in_root;
+use super::{name_of, spec_error};
+use crate::cgroups;
+use crate::error::{Error, Result};
+use crate::runtime::Runtime;
+use crate::store::container::{Container, ContainerRecord, ContainerState};
+use crate::store::sandbox::{SandboxRecord, SandboxState};
+use crate::store::table::Entry;
+use peapod_proto::v1::{ContainerConfig, NamespaceMode, PodSandboxConfig};
+use peapod_shim::protocol::CreateOptions;
+use peapod_shim::timefmt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+/// A CreateContainer request, after the gRPC layer took it apart.
+pub struct CreateContainer {
+    pub sandbox_id: String,
+    pub config: ContainerConfig,
+    pub sandbox_config: Option<PodSandboxConfig>,
+}
+
+/// What a create has made so far, for the failure path.
+#[derive(Default)]
+struct Made {
+    rootfs: Option<PathBuf>,
+    shim_task: bool,
+}
+
+fn validate(config: &ContainerConfig) -> Result<()> {
+    let m = config
+        .metadata
+        .as_ref()
+        .ok_or_else(|| Error::invalid("config.metadata is required"))?;
+    if m.name.is_empty() {
+        return Err(Error::invalid("config.metadata.name is required"));
+    }
+    if config.image.as_ref().is_none_or(|i| i.image.is_empty()) {
+        return Err(Error::invalid("config.image.image is required"));
+    }
+    let log = Path::new(&config.log_path);
+    if log.is_absolute() || log.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(Error::invalid(format!(
+            "config.log_path {:?} must be relative to the sandbox's log_directory, without ..",
+            config.log_path
+        )));
+    }
+    for (i, m) in config.mounts.iter().enumerate() {
+        if !Path::new(&m.container_path).is_absolute() {
+            return Err(Error::invalid(format!(
+                "config.mounts[{i}].container_path {:?} must be absolute",
+                m.container_path
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn image_config(c: &peapod_image::ImageConfig) -> peapod_spec::ImageConfig {
+    peapod_spec::ImageConfig {
+        user: c.user.clone(),
+        env: c.env.clone(),
+        entrypoint: c.entrypoint.clone(),
+        cmd: c.cmd.clone(),
+        working_dir: c.working_dir.clone(),
+        stop_signal: c.stop_signal.clone(),
+    }
+}
+
+fn remove_dir(path: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %path.display(), error = %e, "removing a container directory");
+        }
+    }
+}
+
+impl Runtime {
+    /// CreateContainer. On failure nothing of the container is left and its name is free.
+    pub async fn create_container(self: &Arc<Self>, req: CreateContainer) -> Result<String> {
+        validate(&req.config)?;
+        let sandbox = self.sandboxes().resolve(&req.sandbox_id)?;
+        let srec = sandbox.get();
+        if srec.state != SandboxState::Ready {
+            return Err(Error::FailedPrecondition(format!(
+                "pod sandbox {} is not ready",
+                srec.id
+            )));
+        }
+        let name = name_of(&req.config, &srec.config);
+        let id = {
+            let sandboxes = self.sandboxes();
+            let mut containers = self.containers_mut();
+            let id = containers.ids.generate_unique(&sandboxes.ids);
+            containers.names.reserve(&name, &id, "container")?;
+            id
+        };
+        let span = tracing::info_span!("container", id = %id, name = %name);
+        let _e = span.enter();
+        let mut made = Made::default();
+        match self
+            .make_container(&id, &name, &srec, req.config, &mut made)
+            .await
+        {
+            Ok(entry) => {
+                self.containers_mut().insert(entry);
+                tracing::info!("container created");
+                Ok(id)
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "CreateContainer failed; removing what it made");
+                self.unmake_container(&id, &srec, &made).await;
+                self.containers_mut().names.release(&name, &id);
+                Err(err)
+            }
+        }
+    }
+
+    async fn unmake_container(&self, id: &str, srec: &SandboxRecord, made: &Made) {
+        if made.shim_task {
+            if let Ok(shim) = self.shims.get(&srec.id, &srec.shim_socket).await {
+                if let Err(e) = shim.delete(id, "").await {
+                    tracing::warn!(error = %e, "deleting a half-created container task");
+                }
+            }
+        }
+        if let Some(rootfs) = &made.rootfs {
+            if let Err(e) = self.images.remove_rootfs(id, rootfs).await {
+                tracing::warn!(error = %e, "removing a half-created rootfs");
+            }
+        }
+        remove_dir(&self.container_state_dir(id));
+        remove_dir(&self.container_root_dir(id));
+    }
+
+    async fn make_container(
+        self: &Arc<Self>,
+        id: &str,
+        name: &str,
+        srec: &SandboxRecord,
+        config: ContainerConfig,
+        made: &mut Made,
+    ) -> Result<Arc<Container>> {
+        let image_ref = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        let image = self.images.resolve(&image_ref).ok_or_else(|| {
+            Error::not_found(format!("image {image_ref:?} not found; pull it first"))
+        })?;
+        let img_cfg = image_config(&image.config);
+        let stop_signal = peapod_spec::stop_signal(&img_cfg).map_err(spec_error)?;
+        let user_req = peapod_spec::user_to_resolve(&config, &img_cfg).map_err(spec_error)?;
+
+        let bundle = self.container_state_dir(id);
+        let root_dir = self.container_root_dir(id);
+        for dir in [&bundle, &root_dir] {
+            std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
+        }
+        let rootfs = bundle.join("rootfs");
+        self.images
+            .create_rootfs(&image.id, id, &rootfs, false)
+            .await?;
+        made.rootfs = Some(rootfs.clone());
+
+        let passwd = read_in_root(&rootfs, "etc/passwd")
+            .map_err(|e| Error::io("read the image's /etc/passwd", e))?;
+        let group = read_in_root(&rootfs, "etc/group")
+            .map_err(|e| Error::io("read the image's /etc/group", e))?;
+        let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())
+            .map_err(spec_error)?;
+
+        let log_path = if srec.config.log_directory.is_empty() || config.log_path.is_empty() {
+            String::new()
+        } else {
+            let p = Path::new(&srec.config.log_directory).join(&config.log_path);
+            if let Some(dir) = p.parent() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| Error::path("create log directory", dir, e))?;
+            }
+            p.to_string_lossy().into_owned()
+        };
+
+        let target_pid = self.target_pid(&config, srec)?;
+        let cgroups_path =
+            cgroups::cgroups_path(self.config.cgroup.driver, &srec.cgroup_parent, id);
+        let host = self.host_facts();
+        let spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
+            id,
+            config: &config,
+            sandbox: peapod_spec::SandboxRef {
+                id: &srec.id,
+                config: &srec.config,
+                pause_pid: srec.pause_pid,
+                netns: srec.netns.as_deref(),
+                dir: &srec.dir,
+                shm: srec.shm.as_deref(),
+            },
+            image: &img_cfg,
+            user: &user,
+            rootfs: &rootfs,
+            cgroups_path: &cgroups_path,
+            target_pid,
+            host: &host,
+            paths: &peapod_spec::RealHost,
+        })
+        .map_err(spec_error)?;
+        let config_json = bundle.join("config.json");
+        spec.save(&config_json)
+            .map_err(|e| Error::Internal(format!("write {}: {e}", config_json.display())))?;
+
+        let exit_file = root_dir.join("exit");
+        let record = ContainerRecord {
+            id: id.to_string(),
+            sandbox_id: srec.id.clone(),
+            name: name.to_string(),
+            image_name: image_ref.clone(),
+            image_id: image.id.clone(),
+            image_ref: image
+                .repo_digests
+                .first()
+                .cloned()
+                .unwrap_or_else(|| image.id.clone()),
+            state: ContainerState::Created,
+            created_at_ns: timefmt::now_ns(),
+            started_at_ns: 0,
+            finished_at_ns: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            pid: 0,
+            log_path: log_path.clone(),
+            bundle: bundle.clone(),
+            rootfs,
+            exit_file: exit_file.clone(),
+            stop_signal,
+            resources: config.linux.as_ref().and_then(|l| l.resources.clone()),
+            uid: user.uid,
+            gid: user.gid,
+            supplemental_groups: user.additional_gids.clone(),
+            config,
+        };
+        let entry = Entry::new(record);
+        let root = self.root().to_path_buf();
+        entry.update(&root, |_| {})?;
+
+        let shim = self.shims.get(&srec.id, &srec.shim_socket).await?;
+        let rec = entry.get();
+        let options = CreateOptions {
+            log_path,
+            stdin: rec.config.stdin,
+            stdin_once: rec.config.stdin_once,
+            exit_file: exit_file.to_string_lossy().into_owned(),
+            attach_socket: self
+                .shims
+                .attach_socket_path(id)
+                .to_string_lossy()
+                .into_owned(),
+        };
+        let pid = shim.create(id, &bundle, rec.config.tty, &options).await?;
+        made.shim_task = true;
+        entry.update(&root, |r| r.pid = pid)?;
+        Ok(entry)
+    }
+
+    /// For PID namespace TARGET: the target container's pid (it must be in the same pod).
+    fn target_pid(&self, config: &ContainerConfig, srec: &SandboxRecord) -> Result<Option<u32>> {
+        let ns = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref());
+        let Some(ns) = ns.filter(|n| n.pid == NamespaceMode::Target as i32) else {
+            return Ok(None);
+        };
+        let field = "config.linux.security_context.namespace_options.target_id";
+        if ns.target_id.is_empty() {
+            return Err(Error::invalid(format!(
+                "{field} is required for PID namespace TARGET"
+            )));
+        }
+        let target = self
+            .containers()
+            .resolve(&ns.target_id)
+            .map_err(|_| {
+                Error::invalid(format!("{field}: container {:?} not found", ns.target_id))
+            })?
+            .get();
+        if target.sandbox_id != srec.id || target.pid == 0 {
+            return Err(Error::invalid(format!(
+                "{field}: container {:?} is not a live container of this pod",
+                ns.target_id
+            )));
+        }
+        Ok(Some(target.pid))
+    }
+
+    /// What the spec generation needs to know about this host (detected once).
+    pub fn host_facts(&self) -> peapod_spec::HostFacts {
+        static FACTS: std::sync::OnceLock<peapod_spec::HostFacts> = std::sync::OnceLock::new();
+        let mut facts = FACTS
+            .get_or_init(|| peapod_spec::HostFacts::detect(false))
+            .clone();
+        facts.oom_score_adj_floor = crate::oom::floor();
+        facts
+    }
+}

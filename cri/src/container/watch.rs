@@ -1,0 +1,85 @@
+//! Following container exits: a task per running container waits on the shim; the exit record
+//! the shim wrote says whether the memory cgroup killed it.
+
+use super::exit_reason;
+use crate::runtime::Runtime;
+use crate::store::container::{Container, ContainerState};
+use peapod_shim::protocol::ExitRecord;
+use std::sync::Arc;
+
+impl Runtime {
+    /// Records an exit (once: later calls for the same exit change nothing).
+    pub(crate) fn record_exit(&self, c: &Container, code: i32, at_ns: i64) {
+        let rec = c.get();
+        if rec.state != ContainerState::Running {
+            return;
+        }
+        let durable = ExitRecord::read(&rec.exit_file).ok().flatten();
+        let oom = durable.is_some_and(|d| d.oom_killed);
+        let finished = durable.map_or(at_ns, |d| d.exited_at_ns);
+        let root = self.root().to_path_buf();
+        let result = c.update(&root, |r| {
+            r.state = ContainerState::Exited;
+            r.exit_code = code;
+            r.finished_at_ns = finished;
+            r.reason = exit_reason(code, oom).to_string();
+        });
+        match result {
+            Ok(_) => tracing::info!(container = %c.id, code, oom, "container exited"),
+            Err(e) => tracing::error!(container = %c.id, error = %e, "persisting an exit"),
+        }
+    }
+
+    /// Waits (in the background) for a running container to exit and records it.
+    pub(crate) fn watch_exit(self: &Arc<Self>, c: Arc<Container>) {
+        let rt = self.clone();
+        tokio::spawn(async move {
+            let rec = c.get();
+            let waited = match rt.shim_for(&rec.sandbox_id).await {
+                Ok(shim) => shim.wait(&rec.id, "").await,
+                Err(e) => Err(e),
+            };
+            match waited {
+                Ok(exit) => rt.record_exit(&c, exit.code as i32, exit.at_ns),
+                Err(e) => rt.settle_without_shim(&c, &e.to_string()),
+            }
+        });
+    }
+
+    /// The shim cannot tell: use the exit record if there is one, else the state is unknown.
+    fn settle_without_shim(&self, c: &Container, why: &str) {
+        let rec = c.get();
+        if rec.state != ContainerState::Running {
+            return;
+        }
+        match ExitRecord::read(&rec.exit_file).ok().flatten() {
+            Some(exit) => self.record_exit(c, exit.exit_code, exit.exited_at_ns),
+            None => {
+                tracing::warn!(container = %c.id, why, "lost track of a running container");
+                let root = self.root().to_path_buf();
+                let message = format!("the shim is gone: {why}");
+                if let Err(e) = c.update(&root, |r| {
+                    r.state = ContainerState::Unknown;
+                    r.message = message;
+                }) {
+                    tracing::error!(container = %c.id, error = %e, "persisting an unknown state");
+                }
+            }
+        }
+    }
+
+    /// After a restart: follow every pod and container that was running when the daemon went
+    /// away.
+    pub fn resume_watches(self: &Arc<Self>) {
+        for sb in self.sandboxes().all() {
+            if sb.get().state == crate::store::sandbox::SandboxState::Ready {
+                self.watch_pause(sb);
+            }
+        }
+        for c in self.containers().all() {
+            if c.get().state == ContainerState::Running {
+                self.watch_exit(c);
+            }
+        }
+    }
+}

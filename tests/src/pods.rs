@@ -1,0 +1,268 @@
+//! Pods and containers through CRI, for tests: images pushed to a registry of the test's own
+//! and pulled by the daemon, sandboxes, containers, exits, logs.
+
+use crate::daemon::TestDaemon;
+use crate::fixtures::sandbox_config;
+use peapod_image::testsupport::{ImageSpec, OciLayout, PushFormat, Registry};
+use peapod_proto::v1 as cri;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A registry on loopback plus the images pushed to it.
+pub struct Images {
+    pub registry: Registry,
+    dir: tempfile::TempDir,
+}
+
+impl Images {
+    pub fn start() -> Images {
+        Images {
+            registry: Registry::start().expect("start docker-registry"),
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    /// Pushes `spec` as `name:tag` and returns the reference to pull.
+    pub fn push(&self, name_tag: &str, spec: &ImageSpec) -> String {
+        let layout_dir = self.dir.path().join(name_tag.replace([':', '/'], "_"));
+        let mut layout = OciLayout::create(&layout_dir).expect("create OCI layout");
+        layout.add_image("t", spec).expect("build image");
+        self.registry
+            .push(layout.dir(), "t", name_tag, PushFormat::Oci)
+            .expect("push image");
+        self.registry.reference(name_tag)
+    }
+}
+
+impl TestDaemon {
+    pub async fn pull(&mut self, reference: &str) -> String {
+        self.cri
+            .image
+            .pull_image(cri::PullImageRequest {
+                image: Some(cri::ImageSpec {
+                    image: reference.to_string(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("PullImage {reference}: {e}\n{}", self.log()))
+            .into_inner()
+            .image_ref
+    }
+
+    /// Runs a pod whose logs go under the test directory.
+    pub async fn run_pod(&mut self, name: &str) -> Pod {
+        self.run_pod_with(name, |_| {}).await
+    }
+
+    /// Runs a pod after `tweak` changed its config.
+    pub async fn run_pod_with(
+        &mut self,
+        name: &str,
+        tweak: impl FnOnce(&mut cri::PodSandboxConfig),
+    ) -> Pod {
+        let mut config = sandbox_config(name, &self.cgroup_parent);
+        tweak(&mut config);
+        config.log_directory = self.dir.join("logs").join(name).display().to_string();
+        let id = self
+            .cri
+            .runtime
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}\n{}", self.log()))
+            .into_inner()
+            .pod_sandbox_id;
+        Pod { id, config }
+    }
+
+    pub async fn create(
+        &mut self,
+        pod: &Pod,
+        config: cri::ContainerConfig,
+    ) -> Result<String, tonic::Status> {
+        self.cri
+            .runtime
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod.id.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod.config.clone()),
+            })
+            .await
+            .map(|r| r.into_inner().container_id)
+    }
+
+    pub async fn start_container(&mut self, id: &str) -> Result<(), tonic::Status> {
+        self.cri
+            .runtime
+            .start_container(cri::StartContainerRequest {
+                container_id: id.to_string(),
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Creates and starts; panics with the daemon log on failure.
+    pub async fn run_container(&mut self, pod: &Pod, config: cri::ContainerConfig) -> String {
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        let id = match self.create(pod, config).await {
+            Ok(id) => id,
+            Err(e) => panic!("CreateContainer {name}: {e}\n{}", self.log()),
+        };
+        if let Err(e) = self.start_container(&id).await {
+            panic!("StartContainer {name}: {e}\n{}", self.log());
+        }
+        id
+    }
+
+    pub async fn container_status(&mut self, id: &str) -> cri::ContainerStatus {
+        self.cri
+            .runtime
+            .container_status(cri::ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: false,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+            .into_inner()
+            .status
+            .expect("status")
+    }
+
+    /// Polls until the container has exited (at most `limit`).
+    pub async fn wait_exited(&mut self, id: &str, limit: Duration) -> cri::ContainerStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            let st = self.container_status(id).await;
+            if st.state == cri::ContainerState::ContainerExited as i32 {
+                return st;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "container {id} did not exit within {limit:?}: {st:?}\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Polls until the container's log has a line containing `needle` (at most `limit`).
+    pub async fn wait_log(&mut self, id: &str, needle: &str, limit: Duration) -> Vec<LogLine> {
+        let path = self.container_status(id).await.log_path;
+        let deadline = Instant::now() + limit;
+        loop {
+            let lines = read_log(Path::new(&path));
+            if lines.iter().any(|l| l.text.contains(needle)) {
+                return lines;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "log of {id} has no {needle:?} within {limit:?}: {lines:#?}\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn remove_pod(&mut self, pod: &Pod) {
+        self.cri
+            .runtime
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: pod.id.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("StopPodSandbox: {e}\n{}", self.log()));
+        self.cri
+            .runtime
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: pod.id.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("RemovePodSandbox: {e}\n{}", self.log()));
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Pod {
+    pub id: String,
+    pub config: cri::PodSandboxConfig,
+}
+
+/// A container config: name, image, command and args; logs at `<name>/0.log`.
+pub fn container(name: &str, image: &str, command: &[&str], args: &[&str]) -> cri::ContainerConfig {
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: name.to_string(),
+            attempt: 0,
+        }),
+        image: Some(cri::ImageSpec {
+            image: image.to_string(),
+            ..Default::default()
+        }),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        log_path: format!("{name}/0.log"),
+        labels: HashMap::from([("container".to_string(), name.to_string())]),
+        linux: Some(cri::LinuxContainerConfig::default()),
+        ..Default::default()
+    }
+}
+
+/// A shell one-liner container (busybox sh).
+pub fn sh(name: &str, image: &str, script: &str) -> cri::ContainerConfig {
+    container(name, image, &["sh", "-c", script], &[])
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub stream: String,
+    pub tag: String,
+    pub text: String,
+}
+
+/// Parses a CRI log file (`<RFC3339Nano> <stream> <P|F> <text>`).
+pub fn read_log(path: &Path) -> Vec<LogLine> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(4, ' ');
+            let _ts = it.next()?;
+            Some(LogLine {
+                stream: it.next()?.to_string(),
+                tag: it.next()?.to_string(),
+                text: it.next().unwrap_or("").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The text of stdout F/P lines joined as the kubelet reassembles them.
+pub fn stdout_text(lines: &[LogLine]) -> String {
+    let mut out = String::new();
+    for l in lines.iter().filter(|l| l.stream == "stdout") {
+        out.push_str(&l.text);
+        if l.tag == "F" {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+pub fn busybox() -> ImageSpec {
+    ImageSpec::busybox()
+}
+
+pub fn log_dir(d: &TestDaemon, pod: &str) -> PathBuf {
+    d.dir.join("logs").join(pod)
+}
