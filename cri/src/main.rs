@@ -40,6 +40,11 @@ enum Command {
     Stopp { id: String },
     /// Remove a pod sandbox.
     Rmp { id: String },
+    /// Images: pull, ls, rm, inspect, import (through the daemon's CRI ImageService).
+    Image {
+        #[command(subcommand)]
+        command: cli::image::ImageCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -160,6 +165,7 @@ async fn run_client(command: Command, endpoint: Option<&str>) -> anyhow::Result<
         Command::Inspectp { id } => cli::pods::inspectp(&mut c, &id).await,
         Command::Stopp { id } => cli::pods::stopp(&mut c, &id).await,
         Command::Rmp { id } => cli::pods::rmp(&mut c, &id).await,
+        Command::Image { command } => cli::image::run(&mut c, command).await,
         Command::Serve(_) | Command::Config { .. } => unreachable!("handled in main"),
     }
 }

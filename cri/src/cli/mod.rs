@@ -1,5 +1,6 @@
 //! Client verbs of the `peapod` command, talking to the daemon over its CRI socket.
 
+pub mod image;
 pub mod pods;
 
 use peapod::client::Cri;

@@ -1,4 +1,13 @@
 //! ListImages, ImageStatus, PullImage, RemoveImage, ImageFsInfo.
+//!
+//! PullImage also imports archives, for machines without a registry: a reference
+//! `docker-archive:/abs/path.tar` or `oci-archive:/abs/path.tar` (skopeo's transport names;
+//! both accept either format, which is detected from the content: a `docker save` archive or
+//! an OCI image-layout tar, optionally gzip- or zstd-compressed) imports every image of the
+//! archive with its tags, and answers with the id of the first. `peapod image import` and
+//! `crictl pull` use it. The path must be absolute and name a regular file. The daemon runs
+//! as root, so whoever can reach the CRI socket can have it read any file as an image
+//! archive; they can already run privileged pods, so the socket must stay root-only.
 
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
@@ -82,6 +91,12 @@ pub async fn status(
         return Ok(cri::ImageStatusResponse::default());
     };
     let info = if req.verbose {
+        // The raw OCI image config too (containerd's "imageSpec"): history, platform, created.
+        let spec = rt
+            .images
+            .config_json(&img.id)
+            .await
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
         let v = serde_json::json!({
             "id": img.id,
             "repoTags": img.repo_tags,
@@ -89,6 +104,8 @@ pub async fn status(
             "size": img.size,
             "pinned": img.pinned,
             "config": img.config,
+            "layers": rt.images.layers(&img.id).unwrap_or_default(),
+            "imageSpec": spec,
         });
         HashMap::from([("info".to_string(), v.to_string())])
     } else {
@@ -104,6 +121,10 @@ pub async fn status(
 pub async fn pull(rt: &Arc<Runtime>, req: cri::PullImageRequest) -> Result<cri::PullImageResponse> {
     let reference = require_image(req.image.as_ref())?.to_string();
     tracing::Span::current().record("image", reference.as_str());
+    if let Some(path) = archive_path(&reference) {
+        let id = import(rt, path).await?;
+        return Ok(cri::PullImageResponse { image_ref: id });
+    }
     let creds = credentials(req.auth);
     let img = rt.images.pull(&reference, creds.as_ref()).await?;
     tracing::info!(id = %img.id, "pulled");
@@ -111,6 +132,81 @@ pub async fn pull(rt: &Arc<Runtime>, req: cri::PullImageRequest) -> Result<cri::
     // unambiguous (a repo digest may belong to another repository of the same image), and it
     // is what containerd returns.
     Ok(cri::PullImageResponse { image_ref: img.id })
+}
+
+/// The transports PullImage takes for local archives (skopeo's names).
+const ARCHIVE_TRANSPORTS: [&str; 2] = ["docker-archive:", "oci-archive:"];
+
+/// The archive path of a `docker-archive:PATH` / `oci-archive:PATH` reference. A registry
+/// host of that name with a port (`oci-archive:5000/app`) stays a registry reference.
+fn archive_path(reference: &str) -> Option<&str> {
+    ARCHIVE_TRANSPORTS.iter().find_map(|t| {
+        let rest = reference.strip_prefix(t)?;
+        (!rest.starts_with(|c: char| c.is_ascii_digit())).then_some(rest)
+    })
+}
+
+/// Imports every image of the archive at `path`; returns the id of the first.
+async fn import(rt: &Arc<Runtime>, path: &str) -> Result<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let p = std::path::Path::new(path);
+    if !p.is_absolute() {
+        return Err(Error::invalid(format!(
+            "image.image: archive path {path:?} must be absolute"
+        )));
+    }
+    // Opened here, non-blocking, and checked on the open file: a FIFO or a device named
+    // (or swapped in) there can neither hang the import nor be read.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(p)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                Error::not_found(format!("archive {path}: no such file"))
+            }
+            _ => Error::path("open archive", p, e),
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::path("stat archive", p, e))?;
+    if !meta.is_file() {
+        return Err(Error::invalid(format!(
+            "image.image: archive {path} is not a regular file"
+        )));
+    }
+    // The store reopens the archive by name (it seeks and reads it more than once): give it
+    // the name of this very file.
+    let by_fd = format!("/proc/self/fd/{}", file.as_raw_fd());
+    tracing::info!(archive = %path, size = meta.len(), "importing image archive");
+    let res = rt.images.import(std::path::Path::new(&by_fd)).await;
+    drop(file);
+    let images = res.map_err(|e| {
+        let e = Error::from(e);
+        rename_in_message(e, &by_fd, path)
+    })?;
+    for img in &images {
+        tracing::info!(archive = %path, id = %img.id, tags = ?img.repo_tags, "imported image");
+    }
+    images
+        .first()
+        .map(|img| img.id.clone())
+        .ok_or_else(|| Error::invalid(format!("image.image: archive {path} holds no image")))
+}
+
+/// Replaces `from` with `to` in an error's message, keeping its kind (gRPC code).
+fn rename_in_message(e: Error, from: &str, to: &str) -> Error {
+    let fix = |m: String| format!("import {to}: {}", m.replace(from, to));
+    match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(fix(m)),
+        Error::NotFound(m) => Error::NotFound(fix(m)),
+        Error::AlreadyExists(m) => Error::AlreadyExists(fix(m)),
+        Error::Unavailable(m) => Error::Unavailable(fix(m)),
+        Error::Image(m) => Error::Image(fix(m)),
+        Error::Internal(m) => Error::Internal(fix(m)),
+        other => other,
+    }
 }
 
 #[tracing::instrument(name = "RemoveImage", skip_all)]
@@ -151,4 +247,19 @@ pub async fn fs_info(
         image_filesystems: vec![usage(&info.image)],
         container_filesystems: vec![usage(&info.container)],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::archive_path;
+
+    #[test]
+    fn archive_transports() {
+        assert_eq!(archive_path("docker-archive:/a/b.tar"), Some("/a/b.tar"));
+        assert_eq!(archive_path("oci-archive:/a:b.tar"), Some("/a:b.tar"));
+        assert_eq!(archive_path("oci-archive:rel.tar"), Some("rel.tar"));
+        assert_eq!(archive_path("oci-archive:5000/app:1"), None);
+        assert_eq!(archive_path("docker.io/library/busybox"), None);
+        assert_eq!(archive_path("busybox"), None);
+    }
 }
