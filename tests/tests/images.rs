@@ -857,10 +857,13 @@ async fn cli_imports_docker_save_and_oci_layout_archives_that_then_run() {
     let dock = tmp.path().join("dock.tar");
     let dock_built = docker_archive(
         &dock,
-        &[(
-            &["example.com/e2e/dock:1", "example.com/e2e/dock:2"],
-            &marker("from docker save"),
-        )],
+        &[
+            (
+                &["example.com/e2e/dock:1", "example.com/e2e/dock:2"],
+                &marker("from docker save"),
+            ),
+            (&["example.com/e2e/second:1"], &marker("the second image")),
+        ],
     )
     .unwrap();
     let oci = tmp.path().join("oci.tar");
@@ -878,6 +881,10 @@ async fn cli_imports_docker_save_and_oci_layout_archives_that_then_run() {
     assert!(
         stdout.contains("Imported example.com/e2e/dock:2"),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("Imported example.com/e2e/second:1"),
+        "every image of the archive: {stdout}"
     );
     let out = cli(&d, &["image", "import", oci.to_str().unwrap()]).await;
     assert!(out.status.success(), "{out:?}\n{}", d.log());
@@ -898,19 +905,24 @@ async fn cli_imports_docker_save_and_oci_layout_archives_that_then_run() {
         .await
         .expect("imported");
     assert_eq!(oimg.id, oci_built.config_digest);
+    let second = status(&mut d, "example.com/e2e/second:1")
+        .await
+        .expect("imported");
+    assert_eq!(second.id, dock_built[1].config_digest);
 
     // crictl can do it too: PullImage of oci-archive:/path; again is the same image.
     let again = try_pull(&mut d, &format!("oci-archive:{}", oci.display()), None)
         .await
         .expect("PullImage oci-archive:");
     assert_eq!(again, oimg.id);
-    assert_eq!(list(&mut d, None).await.len(), 2);
+    assert_eq!(list(&mut d, None).await.len(), 3);
 
     // Containers run from both.
     let pod = d.run_pod("import-pod").await;
     for (name, image, want) in [
         ("dock", "example.com/e2e/dock:1", "from docker save\n"),
         ("oci", "example.com/e2e/oci:1", "from an OCI layout\n"),
+        ("second", "example.com/e2e/second:1", "the second image\n"),
     ] {
         let cid = d
             .run_container(&pod, container(name, image, &[], &[]))
@@ -961,8 +973,8 @@ async fn cli_imports_docker_save_and_oci_layout_archives_that_then_run() {
     assert!(!out.status.success());
     assert_eq!(
         list(&mut d, None).await.len(),
-        3,
-        "two imports and the pause image"
+        4,
+        "three imports and the pause image"
     );
     assert!(d.leftovers().is_empty(), "{:?}", d.leftovers());
 }

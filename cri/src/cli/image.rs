@@ -207,15 +207,13 @@ impl Bar {
 
     /// Draws the last state as complete (on success) and ends the line.
     fn finish(&mut self, ok: bool) {
-        if let Some(mut p) = self.last.take() {
-            if ok {
-                p.done_bytes = p.total_bytes;
-                for l in &mut p.layers {
-                    if l.status != LayerStatus::Present {
-                        l.status = LayerStatus::Done;
-                    }
-                    l.done_bytes = l.size;
+        if let Some(mut p) = self.last.take().filter(|_| ok) {
+            p.done_bytes = p.total_bytes;
+            for l in &mut p.layers {
+                if l.status != LayerStatus::Present {
+                    l.status = LayerStatus::Done;
                 }
+                l.done_bytes = l.size;
             }
             self.print(&p);
         }
