@@ -18,6 +18,8 @@ pub struct Runtime {
     pub pause_rootfs: PathBuf,
     sandboxes: RwLock<SandboxTable>,
     containers: RwLock<ContainerTable>,
+    /// The exec/attach/port-forward server (started right after the runtime).
+    streaming: std::sync::OnceLock<peapod_streaming::Server>,
 }
 
 fn mkdir(path: &Path, mode: u32) -> Result<()> {
@@ -64,10 +66,53 @@ impl Runtime {
             pause_rootfs,
             sandboxes: RwLock::new(SandboxTable::default()),
             containers: RwLock::new(ContainerTable::default()),
+            streaming: std::sync::OnceLock::new(),
         });
         rt.load_records()?;
         rt.resume_watches();
+        rt.start_streaming().await?;
         Ok(rt)
+    }
+
+    async fn start_streaming(self: &Arc<Self>) -> Result<()> {
+        let cfg = &self.config.streaming;
+        let tls = match (cfg.tls_cert.is_empty(), cfg.tls_key.is_empty()) {
+            (true, true) => None,
+            (false, false) => Some(peapod_streaming::TlsConfig {
+                cert_file: cfg.tls_cert.clone().into(),
+                key_file: cfg.tls_key.clone().into(),
+            }),
+            _ => {
+                return Err(Error::invalid(
+                    "streaming.tls_cert and streaming.tls_key must be given together",
+                ))
+            }
+        };
+        let config = peapod_streaming::Config {
+            address: cfg.address.clone(),
+            tls,
+            ..Default::default()
+        };
+        let backend = Arc::new(crate::exec::streaming::Backend {
+            rt: Arc::downgrade(self),
+        });
+        let server = peapod_streaming::Server::start(config, backend)
+            .await
+            .map_err(|e| {
+                Error::Internal(format!(
+                    "start the streaming server on {}: {e}",
+                    cfg.address
+                ))
+            })?;
+        tracing::info!(url = %server.base_url(), "streaming server listening");
+        let _ = self.streaming.set(server);
+        Ok(())
+    }
+
+    pub fn streaming(&self) -> Result<&peapod_streaming::Server> {
+        self.streaming
+            .get()
+            .ok_or_else(|| Error::Unavailable("the streaming server is not running".into()))
     }
 
     pub fn root(&self) -> &Path {

@@ -39,7 +39,7 @@ pub fn exit_reason(code: i32, oom_killed: bool) -> &'static str {
     }
 }
 
-fn spec_error(e: peapod_spec::SpecError) -> Error {
+pub(crate) fn spec_error(e: peapod_spec::SpecError) -> Error {
     match e {
         peapod_spec::SpecError::InvalidArgument(m) => Error::InvalidArgument(m),
         other => Error::Internal(other.to_string()),

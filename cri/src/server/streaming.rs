@@ -5,30 +5,105 @@ use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-fn unimplemented<T>(rpc: &str) -> Result<T> {
-    Err(Error::Unimplemented(format!(
-        "{rpc}: exec, attach and port-forward are not implemented yet"
-    )))
+fn require_id(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::invalid("container_id is required"));
+    }
+    Ok(())
 }
 
+fn streaming_err(e: peapod_streaming::Error) -> Error {
+    match e {
+        peapod_streaming::Error::InvalidRequest(v) => {
+            Error::InvalidArgument(format!("{}: {}", v.field, v.message))
+        }
+        other => Error::Unavailable(other.to_string()),
+    }
+}
+
+#[tracing::instrument(name = "ExecSync", skip_all, fields(container = %req.container_id))]
 pub async fn exec_sync(
-    _rt: &Arc<Runtime>,
-    _req: cri::ExecSyncRequest,
+    rt: &Arc<Runtime>,
+    req: cri::ExecSyncRequest,
 ) -> Result<cri::ExecSyncResponse> {
-    unimplemented("ExecSync")
+    require_id(&req.container_id)?;
+    let out = rt
+        .exec_sync(&req.container_id, req.cmd, req.timeout)
+        .await?;
+    Ok(cri::ExecSyncResponse {
+        stdout: out.stdout,
+        stderr: out.stderr,
+        exit_code: out.exit_code,
+    })
 }
 
-pub async fn exec(_rt: &Arc<Runtime>, _req: cri::ExecRequest) -> Result<cri::ExecResponse> {
-    unimplemented("Exec")
+#[tracing::instrument(name = "Exec", skip_all, fields(container = %req.container_id))]
+pub async fn exec(rt: &Arc<Runtime>, req: cri::ExecRequest) -> Result<cri::ExecResponse> {
+    require_id(&req.container_id)?;
+    let rec = rt.running_container(&req.container_id)?;
+    let url = rt
+        .streaming()?
+        .exec_url(peapod_streaming::ExecRequest {
+            container_id: rec.id,
+            cmd: req.cmd,
+            tty: req.tty,
+            stdin: req.stdin,
+            stdout: req.stdout,
+            stderr: req.stderr,
+        })
+        .map_err(streaming_err)?;
+    Ok(cri::ExecResponse { url })
 }
 
-pub async fn attach(_rt: &Arc<Runtime>, _req: cri::AttachRequest) -> Result<cri::AttachResponse> {
-    unimplemented("Attach")
+#[tracing::instrument(name = "Attach", skip_all, fields(container = %req.container_id))]
+pub async fn attach(rt: &Arc<Runtime>, req: cri::AttachRequest) -> Result<cri::AttachResponse> {
+    require_id(&req.container_id)?;
+    let rec = rt.running_container(&req.container_id)?;
+    if req.stdin && !rec.config.stdin {
+        return Err(Error::invalid(
+            "stdin: the container was not created with stdin (config.stdin)",
+        ));
+    }
+    if req.tty != rec.config.tty {
+        return Err(Error::invalid(format!(
+            "tty: the container was created with tty={}",
+            rec.config.tty
+        )));
+    }
+    let url = rt
+        .streaming()?
+        .attach_url(peapod_streaming::AttachRequest {
+            container_id: rec.id,
+            tty: req.tty,
+            stdin: req.stdin,
+            stdout: req.stdout,
+            stderr: req.stderr,
+        })
+        .map_err(streaming_err)?;
+    Ok(cri::AttachResponse { url })
 }
 
+#[tracing::instrument(name = "PortForward", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn port_forward(
-    _rt: &Arc<Runtime>,
-    _req: cri::PortForwardRequest,
+    rt: &Arc<Runtime>,
+    req: cri::PortForwardRequest,
 ) -> Result<cri::PortForwardResponse> {
-    unimplemented("PortForward")
+    if req.pod_sandbox_id.is_empty() {
+        return Err(Error::invalid("pod_sandbox_id is required"));
+    }
+    let rec = rt.pod_sandbox_status(&req.pod_sandbox_id)?;
+    if rec.state != crate::store::sandbox::SandboxState::Ready {
+        return Err(Error::FailedPrecondition(format!(
+            "pod sandbox {} is not ready",
+            rec.id
+        )));
+    }
+    let url = rt
+        .streaming()?
+        .port_forward_url(peapod_streaming::PortForwardRequest {
+            sandbox_id: rec.id,
+            ports: req.port,
+        })
+        .map_err(streaming_err)?;
+    Ok(cri::PortForwardResponse { url })
 }

@@ -1,0 +1,314 @@
+//! Running processes in containers: ExecSync, and the sessions of the streaming server
+//! (exec, attach, port-forward).
+//!
+//! An exec'd process gets FIFOs the daemon makes and opens first (the shim opens the other
+//! ends and hands them to `runc exec`), so the daemon sees the output without the shim
+//! copying it. If the daemon's side goes away mid-session (a client disconnected, a timeout),
+//! the [`ExecGuard`] kills the process so that nothing is left behind.
+
+pub mod session;
+pub mod streaming;
+
+use crate::error::{Error, Result};
+use crate::runtime::Runtime;
+use crate::shim::ShimClient;
+use crate::store::container::{ContainerRecord, ContainerState};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+
+/// Most ExecSync output kept per stream (containerd and CRI-O cap at 16 MiB too); the rest is
+/// read and dropped so that the process is never blocked on a full pipe.
+pub const MAX_EXEC_SYNC_OUTPUT: usize = 16 << 20;
+
+/// How long output may keep flowing after the process exited (a background child may hold
+/// the pipe; its later output is not the command's).
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// What ExecSync returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit_code: i32,
+}
+
+/// FIFOs of one exec, removed on drop.
+pub(crate) struct Fifos {
+    pub dir: PathBuf,
+    pub stdin: Option<PathBuf>,
+    pub stdout: Option<PathBuf>,
+    pub stderr: Option<PathBuf>,
+}
+
+impl Fifos {
+    pub fn create(
+        dir: &Path,
+        exec_id: &str,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+    ) -> Result<Fifos> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
+        let make = |want: bool, suffix: &str| -> Result<Option<PathBuf>> {
+            if !want {
+                return Ok(None);
+            }
+            let path = dir.join(format!("{exec_id}.{suffix}"));
+            nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                .map_err(|e| Error::path("mkfifo", &path, e.into()))?;
+            Ok(Some(path))
+        };
+        let mut fifos = Fifos {
+            dir: dir.to_path_buf(),
+            stdin: None,
+            stdout: None,
+            stderr: None,
+        };
+        fifos.stdin = make(stdin, "in")?;
+        fifos.stdout = make(stdout, "out")?;
+        fifos.stderr = make(stderr, "err")?;
+        Ok(fifos)
+    }
+
+    pub fn path_str(p: &Option<PathBuf>) -> String {
+        p.as_ref()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Fifos {
+    fn drop(&mut self) {
+        for p in [&self.stdin, &self.stdout, &self.stderr]
+            .into_iter()
+            .flatten()
+        {
+            let _ = std::fs::remove_file(p);
+        }
+        // Only removed when no other exec uses it.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Kills and forgets an exec'd process unless disarmed: the owner may be dropped at any
+/// await (client gone, deadline), and the process must not outlive it.
+pub(crate) struct ExecGuard {
+    shim: Arc<ShimClient>,
+    container_id: String,
+    exec_id: String,
+    armed: bool,
+}
+
+impl ExecGuard {
+    pub fn new(shim: Arc<ShimClient>, container_id: &str, exec_id: &str) -> ExecGuard {
+        ExecGuard {
+            shim,
+            container_id: container_id.to_string(),
+            exec_id: exec_id.to_string(),
+            armed: true,
+        }
+    }
+
+    /// Kills the process (and what it started), waits for it, and removes it: used when the
+    /// caller gives up on it and must not return while it still runs.
+    pub async fn kill_and_finish(self) {
+        let _ = self
+            .shim
+            .kill(
+                &self.container_id,
+                &self.exec_id,
+                libc::SIGKILL as u32,
+                false,
+            )
+            .await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.shim.wait(&self.container_id, &self.exec_id),
+        )
+        .await;
+        self.finish().await;
+    }
+
+    /// Removes the exec from the shim (after its exit was collected).
+    pub async fn finish(mut self) {
+        self.armed = false;
+        if let Err(e) = self.shim.delete(&self.container_id, &self.exec_id).await {
+            tracing::debug!(exec = %self.exec_id, error = %e, "deleting a finished exec");
+        }
+    }
+}
+
+impl Drop for ExecGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (shim, cid, eid) = (
+            self.shim.clone(),
+            self.container_id.clone(),
+            self.exec_id.clone(),
+        );
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = shim.kill(&cid, &eid, libc::SIGKILL as u32, false).await;
+                let _ = tokio::time::timeout(Duration::from_secs(10), shim.wait(&cid, &eid)).await;
+                let _ = shim.delete(&cid, &eid).await;
+            });
+        }
+    }
+}
+
+/// Reads a FIFO into a shared buffer, keeping at most `cap` bytes and draining the rest.
+/// Returns how many bytes were dropped.
+pub(crate) async fn read_capped(
+    mut rx: tokio::net::unix::pipe::Receiver,
+    buf: Arc<Mutex<Vec<u8>>>,
+    cap: usize,
+) -> usize {
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut dropped = 0usize;
+    loop {
+        let n = match rx.read(&mut chunk).await {
+            Ok(0) | Err(_) => return dropped,
+            Ok(n) => n,
+        };
+        let mut b = buf.lock().unwrap_or_else(|p| p.into_inner());
+        let room = cap.saturating_sub(b.len());
+        b.extend_from_slice(&chunk[..n.min(room)]);
+        dropped += n.saturating_sub(room);
+    }
+}
+
+pub(crate) fn new_exec_id() -> String {
+    crate::ids::generate()[..16].to_string()
+}
+
+impl Runtime {
+    /// The running container an exec targets.
+    pub(crate) fn running_container(&self, id: &str) -> Result<ContainerRecord> {
+        let rec = self.containers().resolve(id)?.get();
+        if rec.state != ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {} is {:?}, not running",
+                rec.id, rec.state
+            )));
+        }
+        Ok(rec)
+    }
+
+    /// The OCI process for `cmd` in a container: its own process with the args replaced.
+    pub(crate) fn exec_process_json(
+        &self,
+        rec: &ContainerRecord,
+        cmd: &[String],
+        tty: bool,
+    ) -> Result<Vec<u8>> {
+        let path = rec.bundle.join("config.json");
+        let spec = oci_spec::runtime::Spec::load(&path)
+            .map_err(|e| Error::Internal(format!("read {}: {e}", path.display())))?;
+        let process =
+            peapod_spec::exec_process(&spec, cmd, tty).map_err(super::container::spec_error)?;
+        serde_json::to_vec(&process)
+            .map_err(|e| Error::Internal(format!("encode exec process: {e}")))
+    }
+
+    /// ExecSync: runs `cmd`, returns its output and exit code; past `timeout_s` (0: none) the
+    /// process is killed and DeadlineExceeded returned.
+    pub async fn exec_sync(
+        self: &Arc<Self>,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_s: i64,
+    ) -> Result<ExecOutput> {
+        if cmd.is_empty() {
+            return Err(Error::invalid("cmd is required"));
+        }
+        let rec = self.running_container(id)?;
+        let process = self.exec_process_json(&rec, &cmd, false)?;
+        let shim = self.shim_for(&rec.sandbox_id).await?;
+        let exec_id = new_exec_id();
+        let fifos = Fifos::create(&rec.bundle.join("exec"), &exec_id, false, true, true)?;
+        let open = |p: &Option<PathBuf>| -> Result<tokio::net::unix::pipe::Receiver> {
+            let path = p
+                .as_ref()
+                .ok_or_else(|| Error::Internal("fifo missing".into()))?;
+            tokio::net::unix::pipe::OpenOptions::new()
+                .open_receiver(path)
+                .map_err(|e| Error::path("open fifo", path, e))
+        };
+        let (out_rx, err_rx) = (open(&fifos.stdout)?, open(&fifos.stderr)?);
+        shim.exec(
+            &rec.id,
+            &exec_id,
+            process,
+            false,
+            "",
+            &Fifos::path_str(&fifos.stdout),
+            &Fifos::path_str(&fifos.stderr),
+        )
+        .await?;
+        let guard = ExecGuard::new(shim.clone(), &rec.id, &exec_id);
+        shim.start(&rec.id, &exec_id).await?;
+        // Readers start only now: a FIFO read with no writer yet would be an immediate EOF.
+        let (out_buf, err_buf) = (
+            Arc::new(Mutex::new(Vec::new())),
+            Arc::new(Mutex::new(Vec::new())),
+        );
+        let out_task = tokio::spawn(read_capped(out_rx, out_buf.clone(), MAX_EXEC_SYNC_OUTPUT));
+        let err_task = tokio::spawn(read_capped(err_rx, err_buf.clone(), MAX_EXEC_SYNC_OUTPUT));
+        let waited = if timeout_s > 0 {
+            match tokio::time::timeout(
+                Duration::from_secs(timeout_s as u64),
+                shim.wait(&rec.id, &exec_id),
+            )
+            .await
+            {
+                Ok(w) => w,
+                Err(_) => {
+                    out_task.abort();
+                    err_task.abort();
+                    guard.kill_and_finish().await;
+                    return Err(Error::DeadlineExceeded(format!(
+                        "command {cmd:?} in container {} timed out after {timeout_s}s",
+                        rec.id
+                    )));
+                }
+            }
+        } else {
+            shim.wait(&rec.id, &exec_id).await
+        };
+        let exit = waited?;
+        let mut dropped = [0usize; 2];
+        for (i, task) in [out_task, err_task].into_iter().enumerate() {
+            let abort = task.abort_handle();
+            match tokio::time::timeout(OUTPUT_GRACE, task).await {
+                Ok(Ok(n)) => dropped[i] = n,
+                _ => abort.abort(),
+            }
+        }
+        guard.finish().await;
+        drop(fifos);
+        let take = |b: Arc<Mutex<Vec<u8>>>| {
+            std::mem::take(&mut *b.lock().unwrap_or_else(|p| p.into_inner()))
+        };
+        let mut out = ExecOutput {
+            stdout: take(out_buf),
+            stderr: take(err_buf),
+            exit_code: exit.code as i32,
+        };
+        for (i, name) in ["stdout", "stderr"].iter().enumerate() {
+            if dropped[i] > 0 {
+                out.stderr.extend_from_slice(
+                    format!(
+                        "\npeapod: {name} truncated: {} bytes past the {MAX_EXEC_SYNC_OUTPUT}-byte limit were dropped\n",
+                        dropped[i]
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
+        Ok(out)
+    }
+}
