@@ -1214,7 +1214,7 @@ fn cgroups_paths() {
 /// Debian's busybox-static at /bin/busybox:
 /// `cargo test -p peapod-spec -- --ignored runc_accepts`.
 #[test]
-#[ignore]
+#[ignore = "needs root and runc; scripts/test runs it"]
 fn runc_accepts_the_generated_spec() {
     use std::process::Command;
     let busybox = Path::new("/bin/busybox");

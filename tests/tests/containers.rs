@@ -721,3 +721,40 @@ async fn twenty_pods_eight_at_a_time() {
     }
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_flow_and_exits_are_kept_while_the_daemon_is_down() {
+    let mut d = TestDaemon::start("daemon_down").await;
+    let images = Images::start();
+    let image = images.push("busybox:down", &busybox());
+    d.pull(&image).await;
+    let pod = d.run_pod("down-pod").await;
+    let ticker = d
+        .run_container(
+            &pod,
+            sh(
+                "ticker",
+                &image,
+                "i=0; while [ $i -lt 30 ]; do echo tick $i; i=$((i+1)); sleep 0.1; done; exit 4",
+            ),
+        )
+        .await;
+    d.wait_log(&ticker, "tick 1", WAIT).await;
+    let log = d.container_status(&ticker).await.log_path;
+    d.stop_daemon();
+    let before = read_log(std::path::Path::new(&log)).len();
+    // The container finishes (3 s of ticks) while nobody but its shim is there.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let after = read_log(std::path::Path::new(&log));
+    assert!(
+        after.len() > before,
+        "the log did not grow without the daemon ({before} lines)"
+    );
+    assert!(after.iter().any(|l| l.text == "tick 29"), "{after:#?}");
+    d.restart().await;
+    let st = d.wait_exited(&ticker, WAIT).await;
+    assert_eq!(exited(&st), (4, "Error".into()));
+    assert!(st.finished_at > st.started_at);
+    d.remove_pod(&pod).await;
+    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+}

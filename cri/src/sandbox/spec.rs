@@ -192,12 +192,13 @@ mod tests {
         }
     }
 
-    const PAUSE_ARGS: &[String] = &[];
+    static PAUSE_ARGS: std::sync::LazyLock<Vec<String>> =
+        std::sync::LazyLock::new(|| vec!["/pause".to_string()]);
 
     fn inputs<'a>(netns: Option<&'a Path>) -> PauseInputs<'a> {
         PauseInputs {
             rootfs: Path::new("/r"),
-            args: PAUSE_ARGS,
+            args: &PAUSE_ARGS,
             image_user: None,
             netns,
             shm: Some(Path::new("/s/shm")),
