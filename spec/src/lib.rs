@@ -158,6 +158,20 @@ pub struct ContainerInputs<'a> {
     pub paths: &'a (dyn HostPaths + Sync),
 }
 
+/// The kernel filesystems every container gets (/proc, /dev, /dev/pts, /dev/mqueue, /sys and
+/// the cgroup filesystem; `/sys` and cgroup read-only unless privileged), without `/dev/shm`,
+/// which the caller binds from the pod. The daemon's pause container uses these too.
+pub fn kernel_mounts(privileged: bool) -> Result<Vec<oci_spec::runtime::Mount>> {
+    mounts::default_mounts(privileged)
+        .into_iter()
+        .filter(|m| m["destination"] != "/dev/shm")
+        .map(|m| {
+            serde_json::from_value(m)
+                .map_err(|e| SpecError::Internal(format!("default mount: {e}")))
+        })
+        .collect()
+}
+
 /// The OCI runtime spec of an application container. See the crate documentation for what
 /// it contains; errors name the offending CRI field.
 pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<oci_spec::runtime::Spec> {

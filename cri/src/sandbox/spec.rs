@@ -95,7 +95,7 @@ pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result
         .build()
         .map_err(spec_err)?;
 
-    let mut mounts = oci::default_mounts(true)?;
+    let mut mounts = peapod_spec::kernel_mounts(false).map_err(crate::container::spec_error)?;
     match inputs.shm {
         Some(shm) => mounts.push(oci::bind("/dev/shm", shm, &["rw"])?),
         None => mounts.push(oci::bind("/dev/shm", Path::new("/dev/shm"), &["rw"])?),
@@ -140,8 +140,8 @@ pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result
         .cgroups_path(inputs.cgroups_path)
         .sysctl(sysctls)
         .resources(resources)
-        .masked_paths(oci::strings(oci::MASKED_PATHS))
-        .readonly_paths(oci::strings(oci::READONLY_PATHS))
+        .masked_paths(oci::strings(peapod_spec::DEFAULT_MASKED_PATHS))
+        .readonly_paths(oci::strings(peapod_spec::DEFAULT_READONLY_PATHS))
         .build()
         .map_err(spec_err)?;
 
