@@ -9,6 +9,7 @@ use crate::cgroups;
 use crate::error::{Error, Result};
 use crate::network::{files, netns};
 use crate::runtime::Runtime;
+use crate::shim::ShimClient;
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
 use nix::mount::{mount, MsFlags};
 use peapod_proto::v1::{NamespaceMode, PodSandboxConfig};
@@ -158,7 +159,6 @@ impl Runtime {
             Ok(()) => {
                 self.sandboxes_mut().insert(sandbox.clone());
                 self.watch_pause(sandbox);
-                tracing::info!("pod sandbox ready");
                 Ok(id)
             }
             Err(err) => {
@@ -184,16 +184,34 @@ impl Runtime {
         // Persisted first, so that a crash half-way leaves a record to clean up from.
         sandbox.update(&root, |_| {})?;
 
+        let started = std::time::Instant::now();
+        // The pause container needs only the namespace to exist, not the network in it: CNI
+        // runs while the shim and the pause container start.
         if net != NamespaceMode::Node {
             let path = netns::create(&self.netns_dir(), &id)?;
-            sandbox.update(&root, |r| r.netns = Some(path.clone()))?;
-            let attachment = self.network.setup(&id, &path, &rec.config).await?;
-            let ips = crate::network::cni::result_ips(&attachment.result);
-            sandbox.update(&root, |r| {
-                r.cni = Some(attachment);
-                r.ips = ips;
-            })?;
+            sandbox.update(&root, |r| r.netns = Some(path))?;
         }
+        let rec = sandbox.get();
+        let network = async {
+            if let Some(path) = &rec.netns {
+                let attachment = self.network.setup(&id, path, &rec.config).await?;
+                let ips = crate::network::cni::result_ips(&attachment.result);
+                sandbox.update(&root, |r| {
+                    r.cni = Some(attachment);
+                    r.ips = ips;
+                })?;
+            }
+            Ok::<_, Error>(started.elapsed())
+        };
+        let pause = async {
+            let shim = self.shims.start(&id, &rec.dir.join("shim.log")).await?;
+            let shim_time = started.elapsed();
+            let pid = self.start_pause(sandbox, &shim).await?;
+            Ok::<_, Error>((pid, shim_time, started.elapsed()))
+        };
+        let (network, pause) = tokio::join!(network, pause);
+        let network_time = network?;
+        let (pid, shim_time, pause_time) = pause?;
         let rec = sandbox.get();
         files::write_sandbox_files(
             &rec.dir,
@@ -202,15 +220,32 @@ impl Runtime {
             rec.config.dns_config.as_ref(),
             net == NamespaceMode::Node,
         )?;
+        sandbox.update(&root, |r| {
+            r.pause_pid = pid;
+            r.state = SandboxState::Ready;
+        })?;
+        tracing::info!(
+            total_ms = started.elapsed().as_millis() as u64,
+            network_ms = network_time.as_millis() as u64,
+            shim_ms = shim_time.as_millis() as u64,
+            pause_ms = pause_time.as_millis() as u64,
+            "pod sandbox ready"
+        );
+        Ok(())
+    }
+
+    /// The pod's /dev/shm, the pause rootfs and the pause container itself; returns its pid.
+    async fn start_pause(&self, sandbox: &Arc<Sandbox>, shim: &ShimClient) -> Result<u32> {
+        let root = self.root().to_path_buf();
+        let id = &sandbox.id;
+        let rec = sandbox.get();
         if let Some(shm) = &rec.shm {
             mount_shm(shm)?;
         }
-
-        let pause = self.pause_image(&id, &rec.dir.join("rootfs")).await?;
+        let pause = self.pause_image(id, &rec.dir.join("rootfs")).await?;
         if pause.mounted {
             sandbox.update(&root, |r| r.rootfs_mounted = true)?;
         }
-        let shim = self.shims.start(&id, &rec.dir.join("shim.log")).await?;
         let bundle = rec.dir.join("bundle");
         std::fs::create_dir_all(&bundle).map_err(|e| Error::path("create", &bundle, e))?;
         let spec = spec::pause_spec(
@@ -228,18 +263,13 @@ impl Runtime {
         spec.save(&config_json)
             .map_err(|e| Error::Internal(format!("write {}: {e}", config_json.display())))?;
         let options = CreateOptions {
-            exit_file: pause_exit_file(&self.sandbox_root_dir(&id))
+            exit_file: pause_exit_file(&self.sandbox_root_dir(id))
                 .to_string_lossy()
                 .into_owned(),
             ..Default::default()
         };
-        shim.create(&id, &bundle, false, &options).await?;
-        let pid = shim.start(&id, "").await?;
-        sandbox.update(&root, |r| {
-            r.pause_pid = pid;
-            r.state = SandboxState::Ready;
-        })?;
-        Ok(())
+        shim.create(id, &bundle, false, &options).await?;
+        shim.start(id, "").await
     }
 
     /// Marks the sandbox not ready when its pause container exits.

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! peapod-bench [--endpoint unix:///run/peapod/peapod.sock] [--runs 20] [--cgroup-parent /peapod-bench]
+//!              [--daemon-match "containerd --config"] [--shim-match containerd-shim-runc-v2]
 //! ```
 //!
 //! For each run: RunPodSandbox is timed (until the sandbox is ready, as the CRI requires),
@@ -20,6 +21,9 @@ struct Args {
     runs: usize,
     cgroup_parent: String,
     handler: String,
+    /// Command-line substrings that find the daemon's and the shims' processes.
+    daemon_match: String,
+    shim_match: String,
 }
 
 fn parse_args() -> Args {
@@ -28,6 +32,8 @@ fn parse_args() -> Args {
         runs: 20,
         cgroup_parent: "/peapod-bench".into(),
         handler: String::new(),
+        daemon_match: "peapod serve".into(),
+        shim_match: "peapod-shim serve".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -37,8 +43,10 @@ fn parse_args() -> Args {
             "--runs" => a.runs = value().parse().expect("--runs is a number"),
             "--cgroup-parent" => a.cgroup_parent = value(),
             "--runtime-handler" => a.handler = value(),
+            "--daemon-match" => a.daemon_match = value(),
+            "--shim-match" => a.shim_match = value(),
             "-h" | "--help" => {
-                println!("peapod-bench [--endpoint unix://PATH] [--runs N] [--cgroup-parent PATH] [--runtime-handler NAME]");
+                println!("peapod-bench [--endpoint unix://PATH] [--runs N] [--cgroup-parent PATH] [--runtime-handler NAME] [--daemon-match CMDLINE-SUBSTRING] [--shim-match CMDLINE-SUBSTRING]");
                 std::process::exit(0);
             }
             other => panic!("unknown flag {other}"),
@@ -115,8 +123,8 @@ async fn main() -> anyhow::Result<()> {
         .items
         .len();
     let list_time = list_start.elapsed();
-    let daemons = rss_of("peapod serve");
-    let shims = rss_of("peapod-shim serve");
+    let daemons = rss_of(&args.daemon_match);
+    let shims = rss_of(&args.shim_match);
     for id in &kept {
         c.runtime
             .stop_pod_sandbox(cri::StopPodSandboxRequest {
