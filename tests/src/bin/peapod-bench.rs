@@ -64,22 +64,41 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
-/// Resident set size (kB) of processes whose command line contains `needle`.
-fn rss_of(needle: &str) -> Vec<(u32, u64)> {
+/// Memory of one process, in kB: resident (RSS, counting shared library and binary pages in
+/// full), proportional (PSS, shared pages divided among their users) and private (what the
+/// process alone costs).
+#[derive(Debug, Clone, Copy, Default)]
+struct Mem {
+    rss: u64,
+    pss: u64,
+    private: u64,
+}
+
+fn mem_of(pid: u32) -> Option<Mem> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Some(Mem {
+        rss: field("Rss:"),
+        pss: field("Pss:"),
+        private: field("Private_Clean:") + field("Private_Dirty:"),
+    })
+}
+
+/// Memory of the processes whose command line contains `needle`.
+fn mem_matching(needle: &str) -> Vec<(u32, Mem)> {
     e2e::host::processes_with(needle)
         .into_iter()
-        .filter_map(|pid| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let kb = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()?;
-            Some((pid, kb))
-        })
+        .filter_map(|pid| Some((pid, mem_of(pid)?)))
         .collect()
+}
+
+fn mb(kb: u64) -> f64 {
+    kb as f64 / 1024.0
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -123,8 +142,8 @@ async fn main() -> anyhow::Result<()> {
         .items
         .len();
     let list_time = list_start.elapsed();
-    let daemons = rss_of(&args.daemon_match);
-    let shims = rss_of(&args.shim_match);
+    let daemons = mem_matching(&args.daemon_match);
+    let shims = mem_matching(&args.shim_match);
     for id in &kept {
         c.runtime
             .stop_pod_sandbox(cri::StopPodSandboxRequest {
@@ -147,16 +166,22 @@ async fn main() -> anyhow::Result<()> {
         ms(*times.last().unwrap_or(&Duration::ZERO))
     );
     println!("ListPodSandbox with {n} pods: {}", ms(list_time));
-    for (pid, kb) in &daemons {
-        println!("daemon pid {pid}: RSS {:.1} MB", *kb as f64 / 1024.0);
+    for (pid, m) in &daemons {
+        println!(
+            "daemon pid {pid}: RSS {:.1} MB, PSS {:.1} MB, private {:.1} MB",
+            mb(m.rss),
+            mb(m.pss),
+            mb(m.private)
+        );
     }
     if !shims.is_empty() {
-        let total: u64 = shims.iter().map(|(_, kb)| kb).sum();
+        let n = shims.len() as u64;
+        let sum = |f: fn(&Mem) -> u64| shims.iter().map(|(_, m)| f(m)).sum::<u64>();
         println!(
-            "shims: {} processes, RSS mean {:.2} MB, max {:.2} MB",
-            shims.len(),
-            total as f64 / shims.len() as f64 / 1024.0,
-            shims.iter().map(|(_, kb)| *kb).max().unwrap_or(0) as f64 / 1024.0
+            "shims: {n} processes, mean per shim: RSS {:.2} MB, PSS {:.2} MB, private {:.2} MB",
+            mb(sum(|m| m.rss) / n),
+            mb(sum(|m| m.pss) / n),
+            mb(sum(|m| m.private) / n)
         );
     }
     Ok(())
