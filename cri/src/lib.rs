@@ -20,6 +20,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod server;
 pub mod shim;
+pub mod stats;
 pub mod store;
 
 pub use error::{Error, Result};

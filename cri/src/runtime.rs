@@ -18,6 +18,8 @@ pub struct Runtime {
     pub pause_rootfs: PathBuf,
     sandboxes: RwLock<SandboxTable>,
     containers: RwLock<ContainerTable>,
+    /// Previous CPU samples, for usage rates in stats.
+    pub sampler: crate::stats::Sampler,
     /// The exec/attach/port-forward server (started right after the runtime).
     streaming: std::sync::OnceLock<peapod_streaming::Server>,
 }
@@ -67,6 +69,7 @@ impl Runtime {
             sandboxes: RwLock::new(SandboxTable::default()),
             containers: RwLock::new(ContainerTable::default()),
             streaming: std::sync::OnceLock::new(),
+            sampler: crate::stats::Sampler::default(),
         });
         rt.load_records()?;
         rt.resume_watches();

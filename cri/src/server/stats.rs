@@ -13,32 +13,50 @@ fn unimplemented<T>(what: &str) -> Result<T> {
     )))
 }
 
+#[tracing::instrument(name = "ContainerStats", skip_all, fields(container = %req.container_id))]
 pub async fn container_stats(
-    _rt: &Arc<Runtime>,
-    _req: cri::ContainerStatsRequest,
+    rt: &Arc<Runtime>,
+    req: cri::ContainerStatsRequest,
 ) -> Result<cri::ContainerStatsResponse> {
-    unimplemented("ContainerStats: container resource statistics")
+    if req.container_id.is_empty() {
+        return Err(Error::invalid("container_id is required"));
+    }
+    Ok(cri::ContainerStatsResponse {
+        stats: Some(rt.container_stats(&req.container_id).await?),
+    })
 }
 
+#[tracing::instrument(name = "ListContainerStats", skip_all)]
 pub async fn list_container_stats(
-    _rt: &Arc<Runtime>,
-    _req: cri::ListContainerStatsRequest,
+    rt: &Arc<Runtime>,
+    req: cri::ListContainerStatsRequest,
 ) -> Result<cri::ListContainerStatsResponse> {
-    unimplemented("ListContainerStats: container resource statistics")
+    Ok(cri::ListContainerStatsResponse {
+        stats: rt.list_container_stats(req.filter.as_ref()).await,
+    })
 }
 
+#[tracing::instrument(name = "PodSandboxStats", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn pod_sandbox_stats(
-    _rt: &Arc<Runtime>,
-    _req: cri::PodSandboxStatsRequest,
+    rt: &Arc<Runtime>,
+    req: cri::PodSandboxStatsRequest,
 ) -> Result<cri::PodSandboxStatsResponse> {
-    unimplemented("PodSandboxStats: pod resource statistics")
+    if req.pod_sandbox_id.is_empty() {
+        return Err(Error::invalid("pod_sandbox_id is required"));
+    }
+    Ok(cri::PodSandboxStatsResponse {
+        stats: Some(rt.pod_sandbox_stats(&req.pod_sandbox_id).await?),
+    })
 }
 
+#[tracing::instrument(name = "ListPodSandboxStats", skip_all)]
 pub async fn list_pod_sandbox_stats(
-    _rt: &Arc<Runtime>,
-    _req: cri::ListPodSandboxStatsRequest,
+    rt: &Arc<Runtime>,
+    req: cri::ListPodSandboxStatsRequest,
 ) -> Result<cri::ListPodSandboxStatsResponse> {
-    unimplemented("ListPodSandboxStats: pod resource statistics")
+    Ok(cri::ListPodSandboxStatsResponse {
+        stats: rt.list_pod_sandbox_stats(req.filter.as_ref()).await,
+    })
 }
 
 pub fn checkpoint_container(

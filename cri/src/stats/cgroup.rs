@@ -1,0 +1,259 @@
+//! CPU and memory figures from a process's cgroups, v1 (incl. hybrid) and v2.
+//!
+//! The cgroups are found from `/proc/<pid>/cgroup`, so the same code serves both cgroup
+//! drivers. Parsing is separate from reading so that the v1 and v2 layouts are unit-tested
+//! with fixtures on any host.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Where a process's cgroups are, from the text of `/proc/<pid>/cgroup`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CgroupPaths {
+    /// v1 controller name -> path (`cpuacct` -> `/peapod/abc`).
+    pub v1: HashMap<String, String>,
+    /// The v2 (unified) path, from the `0::` line.
+    pub unified: Option<String>,
+}
+
+pub fn parse_proc_cgroup(text: &str) -> CgroupPaths {
+    let mut out = CgroupPaths::default();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if controllers.is_empty() {
+            out.unified = Some(path.to_string());
+        } else {
+            for c in controllers.split(',') {
+                out.v1.insert(c.to_string(), path.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// What one cgroup reports.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_ns: Option<u64>,
+    pub memory_usage: Option<u64>,
+    pub working_set: Option<u64>,
+    pub rss: Option<u64>,
+    pub page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
+    /// None when unlimited.
+    pub memory_limit: Option<u64>,
+}
+
+/// `key value` lines (memory.stat, cpu.stat).
+pub fn parse_flat_keyed(text: &str) -> HashMap<&str, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?, it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A v1 memory limit above this is "no limit" (the kernel reports a page-rounded i64 max).
+const V1_UNLIMITED: u64 = 1 << 62;
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn number(text: Option<String>) -> Option<u64> {
+    text?.trim().parse().ok()
+}
+
+/// The v1 hierarchy directory of `controller` (`cpuacct` may be mounted as `cpu,cpuacct`).
+fn v1_dir(root: &Path, controller: &str, path: &str) -> Option<PathBuf> {
+    let rel = path.trim_start_matches('/');
+    [
+        controller.to_string(),
+        format!("cpu,{controller}"),
+        format!("{controller},cpu"),
+    ]
+    .iter()
+    .map(|m| root.join(m))
+    .find(|d| d.is_dir())
+    .map(|d| d.join(rel))
+}
+
+/// Reads the usage of the cgroups in `paths` under the cgroup mount `root`.
+pub fn read_usage(root: &Path, paths: &CgroupPaths) -> Usage {
+    let mut u = Usage::default();
+    let pure_v2 = root.join("cgroup.controllers").exists();
+    if !pure_v2 {
+        if let Some(dir) = paths
+            .v1
+            .get("cpuacct")
+            .and_then(|p| v1_dir(root, "cpuacct", p))
+        {
+            u.cpu_ns = number(read(&dir.join("cpuacct.usage")));
+        }
+        if let Some(dir) = paths
+            .v1
+            .get("memory")
+            .and_then(|p| v1_dir(root, "memory", p))
+        {
+            u.memory_usage = number(read(&dir.join("memory.usage_in_bytes")));
+            u.memory_limit =
+                number(read(&dir.join("memory.limit_in_bytes"))).filter(|l| *l < V1_UNLIMITED);
+            if let Some(stat) = read(&dir.join("memory.stat")) {
+                let s = parse_flat_keyed(&stat);
+                let inactive = s.get("total_inactive_file").copied().unwrap_or(0);
+                u.working_set = u.memory_usage.map(|m| m.saturating_sub(inactive));
+                u.rss = s.get("total_rss").copied();
+                u.page_faults = s.get("total_pgfault").copied();
+                u.major_page_faults = s.get("total_pgmajfault").copied();
+            }
+        }
+        if u.cpu_ns.is_some() || u.memory_usage.is_some() {
+            return u;
+        }
+    }
+    let Some(path) = &paths.unified else {
+        return u;
+    };
+    let base = if pure_v2 {
+        root.to_path_buf()
+    } else {
+        root.join("unified")
+    };
+    let dir = base.join(path.trim_start_matches('/'));
+    if let Some(stat) = read(&dir.join("cpu.stat")) {
+        u.cpu_ns = parse_flat_keyed(&stat)
+            .get("usage_usec")
+            .map(|us| us * 1000);
+    }
+    u.memory_usage = number(read(&dir.join("memory.current")));
+    u.memory_limit = number(read(&dir.join("memory.max")));
+    if let Some(stat) = read(&dir.join("memory.stat")) {
+        let s = parse_flat_keyed(&stat);
+        let inactive = s.get("inactive_file").copied().unwrap_or(0);
+        u.working_set = u.memory_usage.map(|m| m.saturating_sub(inactive));
+        u.rss = s.get("anon").copied();
+        u.page_faults = s.get("pgfault").copied();
+        u.major_page_faults = s.get("pgmajfault").copied();
+    }
+    u
+}
+
+/// Processes in the cgroup of `paths` (v1 pids controller, else the unified hierarchy).
+pub fn process_count(root: &Path, paths: &CgroupPaths) -> Option<u64> {
+    let dir = if root.join("cgroup.controllers").exists() {
+        root.join(paths.unified.as_ref()?.trim_start_matches('/'))
+    } else {
+        v1_dir(root, "pids", paths.v1.get("pids")?)?
+    };
+    let procs = read(&dir.join("cgroup.procs"))?;
+    Some(procs.lines().filter(|l| !l.trim().is_empty()).count() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("peapod-cg-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn parses_proc_cgroup_of_hybrid_and_v2_hosts() {
+        let hybrid = "12:pids:/peapod/c1\n7:cpu:/peapod/c1\n6:cpuacct:/peapod/c1\n4:memory:/peapod/c1\n1:name=systemd:/x\n0::/\n";
+        let p = parse_proc_cgroup(hybrid);
+        assert_eq!(p.v1["cpuacct"], "/peapod/c1");
+        assert_eq!(p.v1["memory"], "/peapod/c1");
+        assert_eq!(p.unified.as_deref(), Some("/"));
+        let combined = parse_proc_cgroup("3:cpu,cpuacct:/k/p\n");
+        assert_eq!(combined.v1["cpu"], "/k/p");
+        assert_eq!(combined.v1["cpuacct"], "/k/p");
+        let v2 = parse_proc_cgroup("0::/kubepods.slice/x.scope\n");
+        assert!(v2.v1.is_empty());
+        assert_eq!(v2.unified.as_deref(), Some("/kubepods.slice/x.scope"));
+    }
+
+    #[test]
+    fn reads_v1_figures_with_working_set_and_no_limit() {
+        let root = tmp("v1");
+        write(&root, "cpuacct/peapod/c1/cpuacct.usage", "123456789\n");
+        write(
+            &root,
+            "memory/peapod/c1/memory.usage_in_bytes",
+            "10485760\n",
+        );
+        write(
+            &root,
+            "memory/peapod/c1/memory.limit_in_bytes",
+            "9223372036854771712\n",
+        );
+        write(
+            &root,
+            "memory/peapod/c1/memory.stat",
+            "cache 100\nrss 50\ntotal_rss 4096\ntotal_inactive_file 1048576\ntotal_pgfault 77\ntotal_pgmajfault 3\n",
+        );
+        write(&root, "pids/peapod/c1/cgroup.procs", "10\n11\n");
+        let paths =
+            parse_proc_cgroup("6:cpuacct:/peapod/c1\n4:memory:/peapod/c1\n12:pids:/peapod/c1\n");
+        let u = read_usage(&root, &paths);
+        assert_eq!(u.cpu_ns, Some(123_456_789));
+        assert_eq!(u.memory_usage, Some(10 << 20));
+        assert_eq!(u.working_set, Some(9 << 20));
+        assert_eq!(u.rss, Some(4096));
+        assert_eq!((u.page_faults, u.major_page_faults), (Some(77), Some(3)));
+        assert_eq!(u.memory_limit, None);
+        assert_eq!(process_count(&root, &paths), Some(2));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn reads_v2_figures() {
+        let root = tmp("v2");
+        write(&root, "cgroup.controllers", "cpu memory pids\n");
+        write(
+            &root,
+            "k/c2/cpu.stat",
+            "usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n",
+        );
+        write(&root, "k/c2/memory.current", "8192\n");
+        write(&root, "k/c2/memory.max", "65536\n");
+        write(
+            &root,
+            "k/c2/memory.stat",
+            "anon 4096\nfile 4096\ninactive_file 1024\npgfault 9\npgmajfault 1\n",
+        );
+        write(&root, "k/c2/cgroup.procs", "1\n");
+        let paths = parse_proc_cgroup("0::/k/c2\n");
+        let u = read_usage(&root, &paths);
+        assert_eq!(u.cpu_ns, Some(2_500_000));
+        assert_eq!(u.memory_usage, Some(8192));
+        assert_eq!(u.working_set, Some(7168));
+        assert_eq!(u.rss, Some(4096));
+        assert_eq!(u.memory_limit, Some(65536));
+        assert_eq!(process_count(&root, &paths), Some(1));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn v2_max_means_unlimited() {
+        let root = tmp("v2max");
+        write(&root, "cgroup.controllers", "memory\n");
+        write(&root, "c/memory.max", "max\n");
+        let u = read_usage(&root, &parse_proc_cgroup("0::/c\n"));
+        assert_eq!(u.memory_limit, None);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

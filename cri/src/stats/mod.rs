@@ -1,0 +1,356 @@
+//! ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats.
+//!
+//! CPU and memory come from the cgroups of the container's process (see [`cgroup`]), the
+//! writable layer's usage from the image store, a pod's network from its pause process's
+//! `/proc/<pid>/net/dev` (the pod's netns). `usage_nano_cores` is the rate between this
+//! sample and the previous one of the same object, as containerd computes it.
+
+pub mod cgroup;
+
+use crate::runtime::Runtime;
+use crate::sandbox::query::labels_match;
+use crate::store::container::{ContainerRecord, ContainerState};
+use crate::store::sandbox::{SandboxRecord, SandboxState};
+use peapod_proto::v1 as cri;
+use peapod_shim::timefmt;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The previous CPU sample of each object, for rates.
+#[derive(Default)]
+pub struct Sampler {
+    last: Mutex<HashMap<String, (i64, u64)>>,
+}
+
+impl Sampler {
+    /// Nanocores used since the previous sample of `key` (None on the first).
+    fn rate(&self, key: &str, at_ns: i64, cpu_ns: u64) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let prev = last.insert(key.to_string(), (at_ns, cpu_ns));
+        let (t0, c0) = prev?;
+        let dt = at_ns.checked_sub(t0).filter(|d| *d > 0)? as u128;
+        let dc = cpu_ns.checked_sub(c0)? as u128;
+        Some((dc * 1_000_000_000 / dt) as u64)
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+fn u64v(v: Option<u64>) -> Option<cri::UInt64Value> {
+    v.map(|value| cri::UInt64Value { value })
+}
+
+/// The interfaces of a network namespace, from `/proc/<pid>/net/dev` text.
+pub fn parse_net_dev(text: &str) -> Vec<cri::NetworkInterfaceUsage> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            if f.len() < 16 {
+                return None;
+            }
+            Some(cri::NetworkInterfaceUsage {
+                name: name.trim().to_string(),
+                rx_bytes: u64v(Some(f[0])),
+                rx_errors: u64v(Some(f[2])),
+                tx_bytes: u64v(Some(f[8])),
+                tx_errors: u64v(Some(f[10])),
+            })
+        })
+        .filter(|i| i.name != "lo")
+        .collect()
+}
+
+fn cgroup_paths(pid: u32) -> Option<cgroup::CgroupPaths> {
+    if pid == 0 {
+        return None;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()
+        .map(|t| cgroup::parse_proc_cgroup(&t))
+}
+
+impl Runtime {
+    fn cpu_mem(
+        &self,
+        key: &str,
+        pid: u32,
+        at: i64,
+    ) -> (
+        Option<cri::CpuUsage>,
+        Option<cri::MemoryUsage>,
+        cgroup::Usage,
+    ) {
+        let Some(paths) = cgroup_paths(pid) else {
+            return (None, None, cgroup::Usage::default());
+        };
+        let u = cgroup::read_usage(Path::new(CGROUP_ROOT), &paths);
+        let cpu = u.cpu_ns.map(|ns| cri::CpuUsage {
+            timestamp: at,
+            usage_core_nano_seconds: u64v(Some(ns)),
+            usage_nano_cores: u64v(self.sampler.rate(key, at, ns)),
+        });
+        let mem = u.memory_usage.map(|_| memory(&u, at));
+        (cpu, mem, u)
+    }
+
+    async fn container_stats_of(&self, rec: &ContainerRecord) -> cri::ContainerStats {
+        let at = timefmt::now_ns();
+        let running = rec.state == ContainerState::Running;
+        let (cpu, memory, _) = if running {
+            self.cpu_mem(&rec.id, rec.pid, at)
+        } else {
+            (None, None, cgroup::Usage::default())
+        };
+        let store = self.images.clone();
+        let id = rec.id.clone();
+        let usage = tokio::task::spawn_blocking(move || store.rootfs_usage(&id))
+            .await
+            .ok()
+            .flatten();
+        let writable_layer = usage.map(|(bytes, inodes)| cri::FilesystemUsage {
+            timestamp: at,
+            fs_id: Some(cri::FilesystemIdentifier {
+                // Where ImageFsInfo reports the container filesystem.
+                mountpoint: self
+                    .images
+                    .root()
+                    .join("containers")
+                    .to_string_lossy()
+                    .into_owned(),
+            }),
+            used_bytes: u64v(Some(bytes)),
+            inodes_used: u64v(Some(inodes)),
+        });
+        cri::ContainerStats {
+            attributes: Some(cri::ContainerAttributes {
+                id: rec.id.clone(),
+                metadata: rec.config.metadata.clone(),
+                labels: rec.config.labels.clone(),
+                annotations: rec.config.annotations.clone(),
+            }),
+            cpu,
+            memory,
+            writable_layer,
+            swap: None,
+        }
+    }
+
+    pub async fn container_stats(&self, id: &str) -> crate::Result<cri::ContainerStats> {
+        let rec = self.containers().resolve(id)?.get();
+        Ok(self.container_stats_of(&rec).await)
+    }
+
+    pub async fn list_container_stats(
+        &self,
+        filter: Option<&cri::ContainerStatsFilter>,
+    ) -> Vec<cri::ContainerStats> {
+        let f = filter.cloned().unwrap_or_default();
+        let list_filter = cri::ContainerFilter {
+            id: f.id,
+            pod_sandbox_id: f.pod_sandbox_id,
+            label_selector: f.label_selector,
+            state: Some(cri::ContainerStateValue {
+                state: cri::ContainerState::ContainerRunning as i32,
+            }),
+        };
+        let mut out = Vec::new();
+        for rec in self.list_containers(Some(&list_filter)) {
+            out.push(self.container_stats_of(&rec).await);
+        }
+        out
+    }
+
+    async fn pod_stats_of(&self, sb: &SandboxRecord) -> cri::PodSandboxStats {
+        let at = timefmt::now_ns();
+        let ready = sb.state == SandboxState::Ready;
+        let mut containers = Vec::new();
+        for c in self.containers_of(&sb.id) {
+            let rec = c.get();
+            if rec.state == ContainerState::Running {
+                containers.push(self.container_stats_of(&rec).await);
+            }
+        }
+        // The pod's figures: its containers' plus the pause container's.
+        let (pause_cpu, _, pause_usage) = if ready {
+            self.cpu_mem(&format!("pause-{}", sb.id), sb.pause_pid, at)
+        } else {
+            (None, None, cgroup::Usage::default())
+        };
+        let sum = |f: &dyn Fn(&cri::ContainerStats) -> Option<u64>| -> u64 {
+            containers.iter().filter_map(f).sum()
+        };
+        let cpu_total = sum(&|c| Some(c.cpu.as_ref()?.usage_core_nano_seconds.as_ref()?.value))
+            + pause_cpu
+                .as_ref()
+                .and_then(|c| c.usage_core_nano_seconds.as_ref())
+                .map_or(0, |v| v.value);
+        let cpu = ready.then(|| cri::CpuUsage {
+            timestamp: at,
+            usage_core_nano_seconds: u64v(Some(cpu_total)),
+            usage_nano_cores: u64v(self.sampler.rate(&format!("pod-{}", sb.id), at, cpu_total)),
+        });
+        let mem_field = |f: &dyn Fn(&cri::MemoryUsage) -> Option<u64>,
+                         pause: Option<u64>|
+         -> Option<cri::UInt64Value> {
+            u64v(Some(
+                containers
+                    .iter()
+                    .filter_map(|c| f(c.memory.as_ref()?))
+                    .sum::<u64>()
+                    + pause.unwrap_or(0),
+            ))
+        };
+        let memory = ready.then(|| cri::MemoryUsage {
+            timestamp: at,
+            working_set_bytes: mem_field(
+                &|m| Some(m.working_set_bytes.as_ref()?.value),
+                pause_usage.working_set,
+            ),
+            available_bytes: None,
+            usage_bytes: mem_field(
+                &|m| Some(m.usage_bytes.as_ref()?.value),
+                pause_usage.memory_usage,
+            ),
+            rss_bytes: mem_field(&|m| Some(m.rss_bytes.as_ref()?.value), pause_usage.rss),
+            page_faults: mem_field(
+                &|m| Some(m.page_faults.as_ref()?.value),
+                pause_usage.page_faults,
+            ),
+            major_page_faults: mem_field(
+                &|m| Some(m.major_page_faults.as_ref()?.value),
+                pause_usage.major_page_faults,
+            ),
+        });
+        let network = (ready && sb.netns.is_some())
+            .then(|| std::fs::read_to_string(format!("/proc/{}/net/dev", sb.pause_pid)).ok())
+            .flatten()
+            .map(|text| {
+                let interfaces = parse_net_dev(&text);
+                cri::NetworkUsage {
+                    timestamp: at,
+                    default_interface: interfaces
+                        .iter()
+                        .find(|i| i.name == crate::network::cni::POD_IFNAME)
+                        .cloned(),
+                    interfaces,
+                }
+            });
+        let process_count: u64 = if ready {
+            let mut n = cgroup_paths(sb.pause_pid)
+                .and_then(|p| cgroup::process_count(Path::new(CGROUP_ROOT), &p))
+                .unwrap_or(0);
+            for c in self.containers_of(&sb.id) {
+                let rec = c.get();
+                if rec.state == ContainerState::Running {
+                    n += cgroup_paths(rec.pid)
+                        .and_then(|p| cgroup::process_count(Path::new(CGROUP_ROOT), &p))
+                        .unwrap_or(0);
+                }
+            }
+            n
+        } else {
+            0
+        };
+        cri::PodSandboxStats {
+            attributes: Some(cri::PodSandboxAttributes {
+                id: sb.id.clone(),
+                metadata: sb.config.metadata.clone(),
+                labels: sb.config.labels.clone(),
+                annotations: sb.config.annotations.clone(),
+            }),
+            linux: Some(cri::LinuxPodSandboxStats {
+                cpu,
+                memory,
+                network,
+                process: ready.then(|| cri::ProcessUsage {
+                    timestamp: at,
+                    process_count: u64v(Some(process_count)),
+                }),
+                containers,
+            }),
+            windows: None,
+        }
+    }
+
+    pub async fn pod_sandbox_stats(&self, id: &str) -> crate::Result<cri::PodSandboxStats> {
+        let sb = self.sandboxes().resolve(id)?.get();
+        Ok(self.pod_stats_of(&sb).await)
+    }
+
+    pub async fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<&cri::PodSandboxStatsFilter>,
+    ) -> Vec<cri::PodSandboxStats> {
+        let f = filter.cloned().unwrap_or_default();
+        let list_filter = cri::PodSandboxFilter {
+            id: f.id,
+            state: Some(cri::PodSandboxStateValue {
+                state: cri::PodSandboxState::SandboxReady as i32,
+            }),
+            label_selector: HashMap::new(),
+        };
+        let mut out = Vec::new();
+        for sb in self.list_pod_sandboxes(Some(&list_filter)) {
+            if labels_match(&sb.config.labels, &f.label_selector) {
+                out.push(self.pod_stats_of(&sb).await);
+            }
+        }
+        out
+    }
+}
+
+fn memory(u: &cgroup::Usage, at: i64) -> cri::MemoryUsage {
+    cri::MemoryUsage {
+        timestamp: at,
+        working_set_bytes: u64v(u.working_set),
+        available_bytes: u64v(
+            u.memory_limit
+                .zip(u.working_set)
+                .map(|(l, w)| l.saturating_sub(w)),
+        ),
+        usage_bytes: u64v(u.memory_usage),
+        rss_bytes: u64v(u.rss),
+        page_faults: u64v(u.page_faults),
+        major_page_faults: u64v(u.major_page_faults),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn net_dev_skips_loopback_and_reads_eth0() {
+        let text = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0       0          0\n  eth0:    5000      40    2    0    0     0          0         0     3000      30    1    0    0     0       0          0\n";
+        let ifs = parse_net_dev(text);
+        assert_eq!(ifs.len(), 1);
+        assert_eq!(ifs[0].name, "eth0");
+        assert_eq!(ifs[0].rx_bytes.as_ref().unwrap().value, 5000);
+        assert_eq!(ifs[0].rx_errors.as_ref().unwrap().value, 2);
+        assert_eq!(ifs[0].tx_bytes.as_ref().unwrap().value, 3000);
+        assert_eq!(ifs[0].tx_errors.as_ref().unwrap().value, 1);
+    }
+
+    #[test]
+    fn cpu_rate_needs_two_samples() {
+        let s = Sampler::default();
+        assert_eq!(s.rate("c", 1_000_000_000, 0), None);
+        // Half a core for one second.
+        assert_eq!(s.rate("c", 2_000_000_000, 500_000_000), Some(500_000_000));
+        // A counter that went backwards (a restarted container) gives no rate.
+        assert_eq!(s.rate("c", 3_000_000_000, 100), None);
+    }
+}
