@@ -173,25 +173,24 @@ struct Env {
     /// The fake API server's URL (it holds the streaming server).
     apiserver: String,
     cache: PathBuf,
+    /// Holds kubectl's cache directory; removed when the test ends.
+    _dir: tempfile::TempDir,
 }
 
 async fn env(fake: Fake) -> Env {
     let (server, _fake) = start(fake).await;
     let server = Arc::new(server);
     let apiserver = fake_apiserver(server).await;
-    let cache = std::env::temp_dir().join(format!(
-        "peapod-kubectl-cache-{}-{}",
-        std::process::id(),
-        rand_suffix()
-    ));
-    Env { apiserver, cache }
-}
-
-fn rand_suffix() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u8(0);
-    h.finish()
+    let dir = tempfile::Builder::new()
+        .prefix("peapod-kubectl-cache-")
+        .tempdir()
+        .expect("temp dir");
+    let cache = dir.path().join("cache");
+    Env {
+        apiserver,
+        cache,
+        _dir: dir,
+    }
 }
 
 fn cmd(bin: &PathBuf, env: &Env, spdy_only: bool) -> Command {

@@ -451,8 +451,11 @@ async fn unexpected_and_duplicate_streams_are_ignored() {
 #[tokio::test]
 async fn exec_over_tls() {
     init_tracing();
-    let dir = std::env::temp_dir().join(format!("peapod-streaming-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("peapod-streaming-tls-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
     let cert =
         rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
     let cert_pem = cert.cert.pem();
