@@ -42,6 +42,11 @@ pub struct CreateOptions {
     /// The unix socket on which the shim serves attach sessions; empty: none.
     #[serde(default)]
     pub attach_socket: String,
+    /// Start the process right away (one `runc run --detach` instead of create + start):
+    /// for the pause container, which never waits between the two. Start then only reports
+    /// the pid.
+    #[serde(default)]
+    pub start: bool,
 }
 
 /// A container's exit, recorded by the shim so that it survives the daemon (and the shim).

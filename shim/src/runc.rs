@@ -187,7 +187,8 @@ impl Runc {
         })
     }
 
-    /// `create`: sets the container up, its init process waiting for `start`.
+    /// `create`: sets the container up, its init process waiting for `start`. With `start`,
+    /// `run --detach` instead: created and started in one runtime invocation.
     pub async fn create(
         &self,
         id: &str,
@@ -195,11 +196,17 @@ impl Runc {
         pid_file: &Path,
         console_socket: Option<&Path>,
         io: ProcessIo,
+        start: bool,
     ) -> Result<(), RuncError> {
         let log = bundle.join("runtime.log");
         let _ = std::fs::remove_file(&log);
         let mut cmd = self.base(Some(&log));
-        cmd.arg("create").arg("--bundle").arg(bundle);
+        if start {
+            cmd.arg("run").arg("--detach");
+        } else {
+            cmd.arg("create");
+        }
+        cmd.arg("--bundle").arg(bundle);
         cmd.arg("--pid-file").arg(pid_file);
         if let Some(sock) = console_socket {
             cmd.arg("--console-socket").arg(sock);

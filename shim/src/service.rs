@@ -166,6 +166,7 @@ impl Shim {
                 &pid_file,
                 console_path.as_deref(),
                 process_io,
+                options.start,
             )
             .await
         {
@@ -228,7 +229,7 @@ impl Shim {
             Container {
                 bundle,
                 pid,
-                started: false,
+                started: options.start,
                 paused: false,
                 terminal: req.terminal,
                 options,
@@ -422,6 +423,11 @@ impl Task for Shim {
             let c = containers
                 .get(&req.id)
                 .ok_or_else(|| Self::not_found(&req.id))?;
+            if c.options.start {
+                // Created with `run`: already started; Start only reports the pid.
+                resp.pid = c.pid;
+                return Ok(resp);
+            }
             if c.started || c.exited().is_some() {
                 return Err(status(
                     Code::FAILED_PRECONDITION,

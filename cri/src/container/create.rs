@@ -258,6 +258,8 @@ impl Runtime {
                 .attach_socket_path(id)
                 .to_string_lossy()
                 .into_owned(),
+            // The kubelet starts containers with StartContainer, in its own order.
+            start: false,
         };
         let pid = shim.create(id, &bundle, rec.config.tty, &options).await?;
         made.shim_task = true;

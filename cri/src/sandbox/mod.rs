@@ -266,10 +266,11 @@ impl Runtime {
             exit_file: pause_exit_file(&self.sandbox_root_dir(id))
                 .to_string_lossy()
                 .into_owned(),
+            // Nothing happens between create and start of a pause: one runtime call.
+            start: true,
             ..Default::default()
         };
-        shim.create(id, &bundle, false, &options).await?;
-        shim.start(id, "").await
+        shim.create(id, &bundle, false, &options).await
     }
 
     /// Marks the sandbox not ready when its pause container exits.
