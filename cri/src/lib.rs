@@ -10,6 +10,7 @@ pub mod client;
 pub mod config;
 pub mod container;
 pub mod error;
+pub mod events;
 pub mod exec;
 pub mod ids;
 pub mod network;

@@ -18,6 +18,8 @@ pub struct Runtime {
     pub pause_rootfs: PathBuf,
     sandboxes: RwLock<SandboxTable>,
     containers: RwLock<ContainerTable>,
+    /// Lifecycle events for GetContainerEvents.
+    pub events: crate::events::Events,
     /// Previous CPU samples, for usage rates in stats.
     pub sampler: crate::stats::Sampler,
     /// The exec/attach/port-forward server (started right after the runtime).
@@ -70,6 +72,7 @@ impl Runtime {
             containers: RwLock::new(ContainerTable::default()),
             streaming: std::sync::OnceLock::new(),
             sampler: crate::stats::Sampler::default(),
+            events: crate::events::Events::default(),
         });
         rt.load_records()?;
         rt.resume_watches();

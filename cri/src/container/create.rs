@@ -8,7 +8,7 @@ use crate::runtime::Runtime;
 use crate::store::container::{Container, ContainerRecord, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxState};
 use crate::store::table::Entry;
-use peapod_proto::v1::{ContainerConfig, NamespaceMode, PodSandboxConfig};
+use peapod_proto::v1::{ContainerConfig, ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
 use peapod_shim::timefmt;
 use std::path::{Component, Path, PathBuf};
@@ -105,6 +105,7 @@ impl Runtime {
         {
             Ok(entry) => {
                 self.containers_mut().insert(entry);
+                self.emit(&id, &srec.id, ContainerEventType::ContainerCreatedEvent);
                 tracing::info!("container created");
                 Ok(id)
             }

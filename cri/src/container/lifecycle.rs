@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 use crate::shim::ShimClient;
 use crate::store::container::{Container, ContainerState};
-use peapod_proto::v1::LinuxContainerResources;
+use peapod_proto::v1::{ContainerEventType, LinuxContainerResources};
 use peapod_shim::timefmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +45,11 @@ impl Runtime {
                     r.started_at_ns = started_at;
                 })?;
                 self.watch_exit(c.clone());
+                self.emit(
+                    &rec.id,
+                    &rec.sandbox_id,
+                    ContainerEventType::ContainerStartedEvent,
+                );
                 Ok(())
             }
             Err(err) => {
@@ -119,6 +124,11 @@ impl Runtime {
         let _op = c.op.lock().await;
         self.remove_locked(&c).await?;
         self.containers_mut().remove(&c.id);
+        self.emit(
+            &c.id,
+            &c.get().sandbox_id,
+            ContainerEventType::ContainerDeletedEvent,
+        );
         Ok(())
     }
 
@@ -166,6 +176,7 @@ impl Runtime {
             let _op = c.op.lock().await;
             self.remove_locked(&c).await?;
             self.containers_mut().remove(&c.id);
+            self.emit(&c.id, sandbox_id, ContainerEventType::ContainerDeletedEvent);
         }
         Ok(())
     }

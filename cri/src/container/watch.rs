@@ -18,14 +18,26 @@ impl Runtime {
         let oom = durable.is_some_and(|d| d.oom_killed);
         let finished = durable.map_or(at_ns, |d| d.exited_at_ns);
         let root = self.root().to_path_buf();
-        let result = c.update(&root, |r| {
-            r.state = ContainerState::Exited;
-            r.exit_code = code;
-            r.finished_at_ns = finished;
-            r.reason = exit_reason(code, oom).to_string();
-        });
+        let result = c.update_if(
+            &root,
+            |r| r.state == ContainerState::Running,
+            |r| {
+                r.state = ContainerState::Exited;
+                r.exit_code = code;
+                r.finished_at_ns = finished;
+                r.reason = exit_reason(code, oom).to_string();
+            },
+        );
         match result {
-            Ok(_) => tracing::info!(container = %c.id, code, oom, "container exited"),
+            Ok(false) => {}
+            Ok(true) => {
+                tracing::info!(container = %c.id, code, oom, "container exited");
+                self.emit(
+                    &c.id,
+                    &rec.sandbox_id,
+                    peapod_proto::v1::ContainerEventType::ContainerStoppedEvent,
+                );
+            }
             Err(e) => tracing::error!(container = %c.id, error = %e, "persisting an exit"),
         }
     }

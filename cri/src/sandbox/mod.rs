@@ -12,7 +12,7 @@ use crate::runtime::Runtime;
 use crate::shim::ShimClient;
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
 use nix::mount::{mount, MsFlags};
-use peapod_proto::v1::{NamespaceMode, PodSandboxConfig};
+use peapod_proto::v1::{ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
 use peapod_shim::timefmt;
 use spec::{namespace_modes, PauseInputs};
@@ -159,6 +159,8 @@ impl Runtime {
             Ok(()) => {
                 self.sandboxes_mut().insert(sandbox.clone());
                 self.watch_pause(sandbox);
+                self.emit(&id, &id, ContainerEventType::ContainerCreatedEvent);
+                self.emit(&id, &id, ContainerEventType::ContainerStartedEvent);
                 Ok(id)
             }
             Err(err) => {
@@ -283,11 +285,22 @@ impl Runtime {
             };
             if shim.wait(&sandbox.id, "").await.is_ok() {
                 let root = rt.root().to_path_buf();
-                let changed = sandbox.get().state == SandboxState::Ready;
-                if changed {
-                    tracing::info!(sandbox = %sandbox.id, "pause exited; pod sandbox not ready");
-                    if let Err(e) = sandbox.update(&root, |r| r.state = SandboxState::NotReady) {
-                        tracing::warn!(sandbox = %sandbox.id, error = %e, "persisting NotReady");
+                match sandbox.update_if(
+                    &root,
+                    |r| r.state == SandboxState::Ready,
+                    |r| r.state = SandboxState::NotReady,
+                ) {
+                    Ok(true) => {
+                        tracing::info!(sandbox = %sandbox.id, "pause exited; pod sandbox not ready");
+                        rt.emit(
+                            &sandbox.id,
+                            &sandbox.id,
+                            ContainerEventType::ContainerStoppedEvent,
+                        );
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(sandbox = %sandbox.id, error = %e, "persisting NotReady")
                     }
                 }
             }

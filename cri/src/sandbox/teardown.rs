@@ -10,6 +10,7 @@ use crate::shim::ShimClient;
 use crate::store::sandbox::{Sandbox, SandboxState};
 use containerd_shim_protos::types::task::Status;
 use nix::mount::{umount2, MntFlags};
+use peapod_proto::v1::ContainerEventType;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,7 +70,18 @@ impl Runtime {
             unmount(&shm)?;
         }
         let root = self.root().to_path_buf();
-        sandbox.update(&root, |r| r.state = SandboxState::NotReady)?;
+        let changed = sandbox.update_if(
+            &root,
+            |r| r.state != SandboxState::NotReady,
+            |r| r.state = SandboxState::NotReady,
+        )?;
+        if changed {
+            self.emit(
+                &sandbox.id,
+                &sandbox.id,
+                ContainerEventType::ContainerStoppedEvent,
+            );
+        }
         Ok(())
     }
 
@@ -143,6 +155,11 @@ impl Runtime {
         let _op = sandbox.op.lock().await;
         self.destroy_sandbox(&sandbox).await?;
         self.sandboxes_mut().remove(&sandbox.id);
+        self.emit(
+            &sandbox.id,
+            &sandbox.id,
+            ContainerEventType::ContainerDeletedEvent,
+        );
         Ok(())
     }
 

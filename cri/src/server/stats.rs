@@ -66,8 +66,20 @@ pub fn checkpoint_container(
     unimplemented("CheckpointContainer: container checkpointing (CRIU)")
 }
 
-pub fn container_events(_rt: &Runtime, _req: cri::GetEventsRequest) -> Result<EventStream> {
-    unimplemented("GetContainerEvents: the evented PLEG event stream")
+#[tracing::instrument(name = "GetContainerEvents", skip_all)]
+pub fn container_events(rt: &Runtime, _req: cri::GetEventsRequest) -> Result<EventStream> {
+    use tokio_stream::StreamExt;
+    let stream = tokio_stream::wrappers::BroadcastStream::new(rt.events.subscribe()).filter_map(
+        |e| match e {
+            Ok(event) => Some(Ok(event)),
+            // A subscriber that fell behind misses the oldest events; the kubelet relists.
+            Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {
+                tracing::warn!(missed = n, "a container event subscriber fell behind");
+                None
+            }
+        },
+    );
+    Ok(Box::pin(stream))
 }
 
 pub fn list_metric_descriptors(

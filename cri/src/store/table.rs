@@ -46,6 +46,25 @@ impl<R: Record> Entry<R> {
             .clone()
     }
 
+    /// Like [`Entry::update`], but only when `pred` holds, checked under the same lock (for
+    /// state transitions two tasks may race to make). Returns whether it applied.
+    pub fn update_if(
+        &self,
+        root: &Path,
+        pred: impl FnOnce(&R) -> bool,
+        f: impl FnOnce(&mut R),
+    ) -> Result<bool> {
+        let mut guard = self.record.write().unwrap_or_else(|p| p.into_inner());
+        if !pred(&guard) {
+            return Ok(false);
+        }
+        let mut next = guard.clone();
+        f(&mut next);
+        super::write_record(&R::path(root, &self.id), &next)?;
+        *guard = next;
+        Ok(true)
+    }
+
     /// Applies `f` to the record and persists it; the in-memory record changes only if the
     /// write succeeded.
     pub fn update(&self, root: &Path, f: impl FnOnce(&mut R)) -> Result<R> {

@@ -1,0 +1,56 @@
+//! GetContainerEvents: lifecycle events of pods and containers for the kubelet's evented PLEG.
+//!
+//! As containerd does, a pod sandbox reports events under its own id too (created, started,
+//! stopped, deleted), and each event carries the pod's status and its containers' statuses.
+//! Events go to whoever subscribed at the time; a subscriber that falls behind by more than
+//! [`CAPACITY`] events misses the oldest (the kubelet then relists).
+
+use crate::runtime::Runtime;
+use peapod_proto::v1 as cri;
+use tokio::sync::broadcast;
+
+pub const CAPACITY: usize = 1024;
+
+pub struct Events {
+    tx: broadcast::Sender<cri::ContainerEventResponse>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events {
+            tx: broadcast::channel(CAPACITY).0,
+        }
+    }
+}
+
+impl Events {
+    pub fn subscribe(&self) -> broadcast::Receiver<cri::ContainerEventResponse> {
+        self.tx.subscribe()
+    }
+}
+
+impl Runtime {
+    /// Publishes an event about `id` (a container, or the sandbox itself) of pod `sandbox_id`.
+    pub(crate) fn emit(&self, id: &str, sandbox_id: &str, kind: cri::ContainerEventType) {
+        if self.events.tx.receiver_count() == 0 {
+            return;
+        }
+        let pod_sandbox_status = self
+            .sandboxes()
+            .resolve(sandbox_id)
+            .ok()
+            .map(|sb| crate::sandbox::query::to_status(&sb.get()));
+        let containers_statuses = self
+            .containers_of(sandbox_id)
+            .iter()
+            .map(|c| crate::container::query::to_status(&c.get()))
+            .collect();
+        let _ = self.events.tx.send(cri::ContainerEventResponse {
+            container_id: id.to_string(),
+            container_event_type: kind as i32,
+            created_at: peapod_shim::timefmt::now_ns(),
+            pod_sandbox_status,
+            containers_statuses,
+        });
+    }
+}

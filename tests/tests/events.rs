@@ -1,0 +1,75 @@
+//! GetContainerEvents: the lifecycle of a pod and its container as the evented PLEG sees it.
+
+use e2e::pods::{busybox, sh, Images};
+use e2e::TestDaemon;
+use peapod_proto::v1 as cri;
+use std::time::Duration;
+use tokio_stream::StreamExt;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_and_container_lifecycle_events_arrive_in_order() {
+    let mut d = TestDaemon::start("events").await;
+    let images = Images::start();
+    let image = images.push("busybox:events", &busybox());
+    d.pull(&image).await;
+    let mut stream = d
+        .cri
+        .runtime
+        .get_container_events(cri::GetEventsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+
+    let pod = d.run_pod("events-pod").await;
+    let id = d.run_container(&pod, sh("once", &image, "true")).await;
+    d.wait_exited(&id, Duration::from_secs(20)).await;
+    d.cri
+        .runtime
+        .remove_container(cri::RemoveContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap();
+    d.remove_pod(&pod).await;
+
+    use cri::ContainerEventType::*;
+    let want = vec![
+        (pod.id.clone(), ContainerCreatedEvent),
+        (pod.id.clone(), ContainerStartedEvent),
+        (id.clone(), ContainerCreatedEvent),
+        (id.clone(), ContainerStartedEvent),
+        (id.clone(), ContainerStoppedEvent),
+        (id.clone(), ContainerDeletedEvent),
+        (pod.id.clone(), ContainerStoppedEvent),
+        (pod.id.clone(), ContainerDeletedEvent),
+    ];
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        let event = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("no more events after {got:?}"))
+            .expect("stream open")
+            .expect("event");
+        assert!(event.created_at > 0);
+        if event.container_id == id && event.container_event_type == ContainerStoppedEvent as i32 {
+            // The event carries the container's exit in the pod's container statuses.
+            let st = event
+                .containers_statuses
+                .iter()
+                .find(|s| s.id == id)
+                .expect("status of the container");
+            assert_eq!(st.state, cri::ContainerState::ContainerExited as i32);
+            assert_eq!(st.reason, "Completed");
+            assert_eq!(
+                event.pod_sandbox_status.as_ref().map(|s| s.id.clone()),
+                Some(pod.id.clone())
+            );
+        }
+        got.push((
+            event.container_id,
+            cri::ContainerEventType::try_from(event.container_event_type).unwrap(),
+        ));
+    }
+    assert_eq!(got, want);
+    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+}
