@@ -340,54 +340,31 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     let mut d = TestDaemon::start("bad_requests").await;
     let mut no_meta = sandbox_config("x", &d.cgroup_parent);
     no_meta.metadata = None;
-    let err = d
-        .cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(no_meta),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("metadata"), "{err}");
-
     let mut no_uid = sandbox_config("x", &d.cgroup_parent);
     no_uid.metadata.as_mut().unwrap().uid.clear();
-    let err = d
-        .cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(no_uid),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("metadata.uid"), "{err}");
-
-    let err = d
-        .cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(sandbox_config("x", &d.cgroup_parent)),
-            runtime_handler: "kata".into(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("runtime_handler"), "{err}");
-
-    let err = d
-        .cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: None,
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::InvalidArgument);
+    let cases = [
+        (Some(no_meta), "", "metadata"),
+        (Some(no_uid), "", "metadata.uid"),
+        (
+            Some(sandbox_config("x", &d.cgroup_parent)),
+            "kata",
+            "runtime_handler",
+        ),
+        (None, "", "config"),
+    ];
+    for (config, handler, field) in cases {
+        let err = d
+            .cri
+            .runtime
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config,
+                runtime_handler: handler.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+        assert!(err.message().contains(field), "{field}: {err}");
+    }
 
     assert_eq!(
         status(&mut d, &"0".repeat(64)).await.unwrap_err().code(),
