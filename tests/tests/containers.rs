@@ -758,3 +758,59 @@ async fn logs_flow_and_exits_are_kept_while_the_daemon_is_down() {
     d.remove_pod(&pod).await;
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_and_devices_as_the_cri_asks() {
+    let mut d = TestDaemon::start("mounts").await;
+    let images = Images::start();
+    let image = images.push("busybox:mounts", &busybox());
+    d.pull(&image).await;
+    let pod = d.run_pod("mounts-pod").await;
+    let data = d.dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("file"), "through a symlink\n").unwrap();
+    let link = d.dir.join("data-link");
+    std::os::unix::fs::symlink(&data, &link).unwrap();
+    let missing = d.dir.join("made-on-demand");
+    let mount = |host: &std::path::Path, at: &str, readonly: bool| cri::Mount {
+        container_path: at.into(),
+        host_path: host.display().to_string(),
+        readonly,
+        ..Default::default()
+    };
+    let mut c = sh(
+        "mounter",
+        &image,
+        "cat /link/file; touch /link/x 2>/dev/null && echo link-rw || echo link-ro; \
+         touch /made/x && echo made-rw; ls -l /dev/mynull | cut -c1; echo hi > /dev/mynull && echo dev-ok",
+    );
+    c.mounts = vec![mount(&link, "/link", true), mount(&missing, "/made", false)];
+    c.devices = vec![cri::Device {
+        container_path: "/dev/mynull".into(),
+        host_path: "/dev/null".into(),
+        permissions: "rwm".into(),
+    }];
+    let id = d.run_container(&pod, c).await;
+    let st = d.wait_exited(&id, WAIT).await;
+    let out = stdout_text(&read_log(std::path::Path::new(&st.log_path)));
+    // A symlinked host path is followed; a missing one is created (as containerd does).
+    assert_eq!(
+        out, "through a symlink\nlink-ro\nmade-rw\nc\ndev-ok\n",
+        "{st:?}"
+    );
+    assert!(missing.join("x").exists());
+
+    // Recursive read-only needs runtime support ("rro"); runc 1.1 has none: refused, and the
+    // CRI's own rule (readonly must be set too) is checked as well.
+    for (readonly, want) in [(true, "recursive"), (false, "readonly")] {
+        let mut rro = sh("rro", &image, "true");
+        let mut m = mount(&data, "/rro", readonly);
+        m.recursive_read_only = true;
+        rro.mounts = vec![m];
+        let err = d.create(&pod, rro).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+        assert!(err.message().contains(want), "{err}");
+    }
+    d.remove_pod(&pod).await;
+    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+}
