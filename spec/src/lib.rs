@@ -12,7 +12,7 @@
 //! let user  = resolve_user(&req, passwd_text, group_text)?;  // from <rootfs>/etc/{passwd,group}
 //! let host  = HostFacts::detect(runtime_supports_rro(&features)); // once: `runc features`
 //! let spec  = container_spec(&ContainerInputs {
-//!     id, config: &config, image: &image, user: &user, rootfs, cgroups_path: &cgroups_path(parent, id),
+//!     id, config: &config, image: &image, user: &user, rootfs, cgroups_path,
 //!     sandbox: SandboxRef { id: sandbox_id, config: &sandbox_config, pause_pid, netns, dir, shm },
 //!     target_pid, host: &host, paths: &RealHost,
 //! })?;
@@ -95,7 +95,7 @@ pub use process::{exec_process, parse_signal, process_args, stop_signal, DEFAULT
 pub use resources::linux_resources;
 pub use seccomp::default_profile_json;
 pub use security::{DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS};
-pub use spec::{annotations, cgroups_path, spec_json, OCI_VERSION};
+pub use spec::{annotations, spec_json, OCI_VERSION};
 pub use user::{parse_user_spec, resolve_user, user_to_resolve, ResolvedUser, UserId, UserRequest};
 
 use peapod_proto::v1::{ContainerConfig, PodSandboxConfig};
@@ -148,7 +148,7 @@ pub struct ContainerInputs<'a> {
     /// The container's root filesystem (absolute; writable, even with `readonly_rootfs`: the
     /// runtime makes it read-only after creating mount points).
     pub rootfs: &'a Path,
-    /// `linux.cgroupsPath`, as the daemon's cgroup driver wants it (see [`cgroups_path`]).
+    /// `linux.cgroupsPath`, as the daemon's cgroup driver wants it (the daemon builds it).
     /// Empty: not set.
     pub cgroups_path: &'a str,
     /// The pid of the target container's process, for PID namespace mode TARGET.

@@ -345,18 +345,3 @@ pub fn spec_json(spec: &Spec) -> Result<Vec<u8>> {
     sort_capabilities(&mut v);
     serde_json::to_vec_pretty(&v).map_err(|e| SpecError::internal(format!("runtime spec: {e}")))
 }
-
-/// The `cgroupsPath` for a container, containerd's way: with a systemd slice parent
-/// (`.../kubepods-burstable-podX.slice`) the systemd form `<slice>:peapod:<id>`; otherwise
-/// `<parent>/<id>`.
-pub fn cgroups_path(cgroup_parent: &str, id: &str) -> String {
-    let trimmed = cgroup_parent.trim_end_matches('/');
-    let base = trimmed.rsplit('/').next().unwrap_or(trimmed);
-    if base.ends_with(".slice") {
-        format!("{base}:peapod:{id}")
-    } else if trimmed.is_empty() {
-        format!("/{id}")
-    } else {
-        format!("{trimmed}/{id}")
-    }
-}

@@ -1192,23 +1192,6 @@ fn spec_json_is_deterministic() {
     assert_eq!(caps, sorted(caps.clone()));
 }
 
-#[test]
-fn cgroups_paths() {
-    assert_eq!(
-        cgroups_path("/kubepods/burstable/pod1", "c1"),
-        "/kubepods/burstable/pod1/c1"
-    );
-    assert_eq!(cgroups_path("/kubepods/pod1/", "c1"), "/kubepods/pod1/c1");
-    assert_eq!(
-        cgroups_path(
-            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice",
-            "c1"
-        ),
-        "kubepods-burstable-pod1.slice:peapod:c1"
-    );
-    assert_eq!(cgroups_path("", "c1"), "/c1");
-}
-
 /// Runs a generated spec under the real runc: `busybox true` in a bundle whose rootfs holds
 /// only /bin/busybox, with a new network namespace instead of a pod's. Needs root, runc and
 /// Debian's busybox-static at /bin/busybox:

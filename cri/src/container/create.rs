@@ -209,8 +209,9 @@ impl Runtime {
         })
         .map_err(spec_error)?;
         let config_json = bundle.join("config.json");
-        spec.save(&config_json)
-            .map_err(|e| Error::Internal(format!("write {}: {e}", config_json.display())))?;
+        // peapod-spec's writer sorts the capability sets, so a spec always serializes alike.
+        let bytes = peapod_spec::spec_json(&spec).map_err(spec_error)?;
+        std::fs::write(&config_json, bytes).map_err(|e| Error::path("write", &config_json, e))?;
 
         let exit_file = root_dir.join("exit");
         let record = ContainerRecord {
