@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use tonic::Code;
 
-async fn run(d: &mut TestDaemon, name: &str) -> String {
+async fn try_run(d: &mut TestDaemon, name: &str) -> Result<String, tonic::Status> {
     d.cri
         .runtime
         .run_pod_sandbox(cri::RunPodSandboxRequest {
@@ -15,9 +15,14 @@ async fn run(d: &mut TestDaemon, name: &str) -> String {
             runtime_handler: String::new(),
         })
         .await
-        .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}\n{}", d.log()))
-        .into_inner()
-        .pod_sandbox_id
+        .map(|r| r.into_inner().pod_sandbox_id)
+}
+
+async fn run(d: &mut TestDaemon, name: &str) -> String {
+    match try_run(d, name).await {
+        Ok(id) => id,
+        Err(e) => panic!("RunPodSandbox {name}: {e}\n{}", d.log()),
+    }
 }
 
 async fn status(
@@ -216,15 +221,7 @@ async fn two_pods_get_their_own_network_and_leave_nothing_behind() {
     assert_eq!(view(&mut d, &short).await.ip, va.ip, "status by id prefix");
 
     // A second sandbox with the same metadata is refused.
-    let dup = d
-        .cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(sandbox_config("pod-a", &d.cgroup_parent)),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap_err();
+    let dup = try_run(&mut d, "pod-a").await.unwrap_err();
     assert_eq!(dup.code(), Code::AlreadyExists, "{dup}");
     assert!(dup.message().contains("pod-a"), "{dup}");
 
@@ -301,15 +298,7 @@ async fn failing_cni_plugin_fails_the_sandbox_and_leaves_nothing() {
     )
     .await;
 
-    let err = d
-        .cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(sandbox_config("doomed", &d.cgroup_parent)),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap_err();
+    let err = try_run(&mut d, "doomed").await.unwrap_err();
     assert!(
         err.message().contains("peapod-test-fail refuses the pod"),
         "{err}"
@@ -320,15 +309,7 @@ async fn failing_cni_plugin_fails_the_sandbox_and_leaves_nothing() {
     let left = d.leftovers();
     assert!(left.is_empty(), "left behind: {left:#?}");
     // The name was released: a retry fails the same way, not with AlreadyExists.
-    let again = d
-        .cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(sandbox_config("doomed", &d.cgroup_parent)),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap_err();
+    let again = try_run(&mut d, "doomed").await.unwrap_err();
     assert_ne!(again.code(), Code::AlreadyExists, "{again}");
     assert!(d.leftovers().is_empty());
     drop(d);

@@ -7,21 +7,12 @@ use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-fn require_id(id: &str) -> Result<()> {
-    if id.is_empty() {
-        return Err(Error::invalid("container_id is required"));
-    }
-    Ok(())
-}
-
 #[tracing::instrument(name = "CreateContainer", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn create(
     rt: &Arc<Runtime>,
     req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Error::invalid("pod_sandbox_id is required"));
-    }
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     let config = req
         .config
         .ok_or_else(|| Error::invalid("config is required"))?;
@@ -40,7 +31,7 @@ pub async fn start(
     rt: &Arc<Runtime>,
     req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse> {
-    require_id(&req.container_id)?;
+    super::required("container_id", &req.container_id)?;
     rt.start_container(&req.container_id).await?;
     Ok(cri::StartContainerResponse {})
 }
@@ -50,7 +41,7 @@ pub async fn stop(
     rt: &Arc<Runtime>,
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse> {
-    require_id(&req.container_id)?;
+    super::required("container_id", &req.container_id)?;
     rt.stop_container(&req.container_id, req.timeout).await?;
     Ok(cri::StopContainerResponse {})
 }
@@ -60,7 +51,7 @@ pub async fn remove(
     rt: &Arc<Runtime>,
     req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse> {
-    require_id(&req.container_id)?;
+    super::required("container_id", &req.container_id)?;
     rt.remove_container(&req.container_id).await?;
     Ok(cri::RemoveContainerResponse {})
 }
@@ -80,7 +71,7 @@ pub async fn status(
     rt: &Arc<Runtime>,
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse> {
-    require_id(&req.container_id)?;
+    super::required("container_id", &req.container_id)?;
     let rec = rt.container_record(&req.container_id)?;
     let info = if req.verbose {
         query::verbose_info(&rec)
@@ -98,7 +89,7 @@ pub async fn update_resources(
     rt: &Arc<Runtime>,
     req: cri::UpdateContainerResourcesRequest,
 ) -> Result<cri::UpdateContainerResourcesResponse> {
-    require_id(&req.container_id)?;
+    super::required("container_id", &req.container_id)?;
     let linux = req
         .linux
         .ok_or_else(|| Error::invalid("linux resources are required"))?;
@@ -112,7 +103,7 @@ pub async fn reopen_log(
     rt: &Arc<Runtime>,
     req: cri::ReopenContainerLogRequest,
 ) -> Result<cri::ReopenContainerLogResponse> {
-    require_id(&req.container_id)?;
+    super::required("container_id", &req.container_id)?;
     rt.reopen_container_log(&req.container_id).await?;
     Ok(cri::ReopenContainerLogResponse {})
 }

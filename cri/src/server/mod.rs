@@ -21,6 +21,14 @@ use tonic::{Request, Response, Status};
 
 type RpcResult<T> = Result<Response<T>, Status>;
 
+/// InvalidArgument naming `field` when a required string is empty.
+fn required(field: &str, value: &str) -> Result<(), Error> {
+    if value.is_empty() {
+        return Err(Error::invalid(format!("{field} is required")));
+    }
+    Ok(())
+}
+
 /// Converts a core result into a gRPC response.
 fn reply<T>(r: Result<T, Error>) -> RpcResult<T> {
     r.map(Response::new).map_err(Status::from)

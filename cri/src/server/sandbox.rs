@@ -6,13 +6,6 @@ use crate::sandbox::query;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-fn require_id(id: &str) -> Result<()> {
-    if id.is_empty() {
-        return Err(Error::invalid("pod_sandbox_id is required"));
-    }
-    Ok(())
-}
-
 #[tracing::instrument(name = "RunPodSandbox", skip_all, fields(pod))]
 pub async fn run(
     rt: &Arc<Runtime>,
@@ -33,7 +26,7 @@ pub async fn stop(
     rt: &Arc<Runtime>,
     req: cri::StopPodSandboxRequest,
 ) -> Result<cri::StopPodSandboxResponse> {
-    require_id(&req.pod_sandbox_id)?;
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     rt.stop_pod_sandbox(&req.pod_sandbox_id).await?;
     Ok(cri::StopPodSandboxResponse {})
 }
@@ -43,7 +36,7 @@ pub async fn remove(
     rt: &Arc<Runtime>,
     req: cri::RemovePodSandboxRequest,
 ) -> Result<cri::RemovePodSandboxResponse> {
-    require_id(&req.pod_sandbox_id)?;
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     rt.remove_pod_sandbox(&req.pod_sandbox_id).await?;
     Ok(cri::RemovePodSandboxResponse {})
 }
@@ -53,7 +46,7 @@ pub async fn status(
     rt: &Arc<Runtime>,
     req: cri::PodSandboxStatusRequest,
 ) -> Result<cri::PodSandboxStatusResponse> {
-    require_id(&req.pod_sandbox_id)?;
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     let rec = rt.pod_sandbox_status(&req.pod_sandbox_id)?;
     let info = if req.verbose {
         query::verbose_info(&rec)

@@ -18,9 +18,7 @@ pub async fn container_stats(
     rt: &Arc<Runtime>,
     req: cri::ContainerStatsRequest,
 ) -> Result<cri::ContainerStatsResponse> {
-    if req.container_id.is_empty() {
-        return Err(Error::invalid("container_id is required"));
-    }
+    super::required("container_id", &req.container_id)?;
     Ok(cri::ContainerStatsResponse {
         stats: Some(rt.container_stats(&req.container_id).await?),
     })
@@ -41,9 +39,7 @@ pub async fn pod_sandbox_stats(
     rt: &Arc<Runtime>,
     req: cri::PodSandboxStatsRequest,
 ) -> Result<cri::PodSandboxStatsResponse> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Error::invalid("pod_sandbox_id is required"));
-    }
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     Ok(cri::PodSandboxStatsResponse {
         stats: Some(rt.pod_sandbox_stats(&req.pod_sandbox_id).await?),
     })

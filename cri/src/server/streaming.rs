@@ -5,13 +5,6 @@ use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-fn require_id(id: &str) -> Result<()> {
-    if id.is_empty() {
-        return Err(Error::invalid("container_id is required"));
-    }
-    Ok(())
-}
-
 fn streaming_err(e: peapod_streaming::Error) -> Error {
     match e {
         peapod_streaming::Error::InvalidRequest(v) => {
@@ -26,7 +19,7 @@ pub async fn exec_sync(
     rt: &Arc<Runtime>,
     req: cri::ExecSyncRequest,
 ) -> Result<cri::ExecSyncResponse> {
-    require_id(&req.container_id)?;
+    super::required("container_id", &req.container_id)?;
     let out = rt
         .exec_sync(&req.container_id, req.cmd, req.timeout)
         .await?;
@@ -39,7 +32,7 @@ pub async fn exec_sync(
 
 #[tracing::instrument(name = "Exec", skip_all, fields(container = %req.container_id))]
 pub async fn exec(rt: &Arc<Runtime>, req: cri::ExecRequest) -> Result<cri::ExecResponse> {
-    require_id(&req.container_id)?;
+    super::required("container_id", &req.container_id)?;
     let rec = rt.running_container(&req.container_id)?;
     let url = rt
         .streaming()?
@@ -57,7 +50,7 @@ pub async fn exec(rt: &Arc<Runtime>, req: cri::ExecRequest) -> Result<cri::ExecR
 
 #[tracing::instrument(name = "Attach", skip_all, fields(container = %req.container_id))]
 pub async fn attach(rt: &Arc<Runtime>, req: cri::AttachRequest) -> Result<cri::AttachResponse> {
-    require_id(&req.container_id)?;
+    super::required("container_id", &req.container_id)?;
     let rec = rt.running_container(&req.container_id)?;
     if req.stdin && !rec.config.stdin {
         return Err(Error::invalid(
@@ -88,9 +81,7 @@ pub async fn port_forward(
     rt: &Arc<Runtime>,
     req: cri::PortForwardRequest,
 ) -> Result<cri::PortForwardResponse> {
-    if req.pod_sandbox_id.is_empty() {
-        return Err(Error::invalid("pod_sandbox_id is required"));
-    }
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     let rec = rt.pod_sandbox_status(&req.pod_sandbox_id)?;
     if rec.state != crate::store::sandbox::SandboxState::Ready {
         return Err(Error::FailedPrecondition(format!(

@@ -48,6 +48,25 @@ pub struct Usage {
     pub memory_limit: Option<u64>,
 }
 
+impl Usage {
+    /// Adds another cgroup's figures (a pod's total). The sum has no limit of its own.
+    pub fn add(&mut self, other: &Usage) {
+        fn plus(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            match (a, b) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+            }
+        }
+        self.cpu_ns = plus(self.cpu_ns, other.cpu_ns);
+        self.memory_usage = plus(self.memory_usage, other.memory_usage);
+        self.working_set = plus(self.working_set, other.working_set);
+        self.rss = plus(self.rss, other.rss);
+        self.page_faults = plus(self.page_faults, other.page_faults);
+        self.major_page_faults = plus(self.major_page_faults, other.major_page_faults);
+        self.memory_limit = None;
+    }
+}
+
 /// `key value` lines (memory.stat, cpu.stat).
 pub fn parse_flat_keyed(text: &str) -> HashMap<&str, u64> {
     text.lines()
@@ -86,7 +105,7 @@ fn v1_dir(root: &Path, controller: &str, path: &str) -> Option<PathBuf> {
 /// Reads the usage of the cgroups in `paths` under the cgroup mount `root`.
 pub fn read_usage(root: &Path, paths: &CgroupPaths) -> Usage {
     let mut u = Usage::default();
-    let pure_v2 = root.join("cgroup.controllers").exists();
+    let pure_v2 = crate::cgroups::is_unified(root);
     if !pure_v2 {
         if let Some(dir) = paths
             .v1
@@ -145,7 +164,7 @@ pub fn read_usage(root: &Path, paths: &CgroupPaths) -> Usage {
 
 /// Processes in the cgroup of `paths` (v1 pids controller, else the unified hierarchy).
 pub fn process_count(root: &Path, paths: &CgroupPaths) -> Option<u64> {
-    let dir = if root.join("cgroup.controllers").exists() {
+    let dir = if crate::cgroups::is_unified(root) {
         root.join(paths.unified.as_ref()?.trim_start_matches('/'))
     } else {
         v1_dir(root, "pids", paths.v1.get("pids")?)?
@@ -245,6 +264,29 @@ mod tests {
         assert_eq!(u.memory_limit, Some(65536));
         assert_eq!(process_count(&root, &paths), Some(1));
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn pod_totals_add_what_is_known_and_drop_limits() {
+        let mut total = Usage {
+            memory_limit: Some(100),
+            ..Default::default()
+        };
+        total.add(&Usage {
+            cpu_ns: Some(5),
+            working_set: Some(10),
+            ..Default::default()
+        });
+        total.add(&Usage {
+            cpu_ns: Some(7),
+            memory_usage: Some(3),
+            ..Default::default()
+        });
+        assert_eq!(total.cpu_ns, Some(12));
+        assert_eq!(total.working_set, Some(10));
+        assert_eq!(total.memory_usage, Some(3));
+        assert_eq!(total.rss, None);
+        assert_eq!(total.memory_limit, None);
     }
 
     #[test]

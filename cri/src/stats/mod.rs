@@ -82,38 +82,48 @@ fn cgroup_paths(pid: u32) -> Option<cgroup::CgroupPaths> {
         .map(|t| cgroup::parse_proc_cgroup(&t))
 }
 
+/// One process's cgroup figures, read once.
+#[derive(Default)]
+struct Sample {
+    usage: cgroup::Usage,
+    processes: u64,
+}
+
+fn sample(pid: u32) -> Sample {
+    let Some(paths) = cgroup_paths(pid) else {
+        return Sample::default();
+    };
+    let root = Path::new(CGROUP_ROOT);
+    Sample {
+        usage: cgroup::read_usage(root, &paths),
+        processes: cgroup::process_count(root, &paths).unwrap_or(0),
+    }
+}
+
 impl Runtime {
+    /// CPU and memory messages for a usage; `key` names the object for the CPU rate.
     fn cpu_mem(
         &self,
         key: &str,
-        pid: u32,
+        u: &cgroup::Usage,
         at: i64,
-    ) -> (
-        Option<cri::CpuUsage>,
-        Option<cri::MemoryUsage>,
-        cgroup::Usage,
-    ) {
-        let Some(paths) = cgroup_paths(pid) else {
-            return (None, None, cgroup::Usage::default());
-        };
-        let u = cgroup::read_usage(Path::new(CGROUP_ROOT), &paths);
+    ) -> (Option<cri::CpuUsage>, Option<cri::MemoryUsage>) {
         let cpu = u.cpu_ns.map(|ns| cri::CpuUsage {
             timestamp: at,
             usage_core_nano_seconds: u64v(Some(ns)),
             usage_nano_cores: u64v(self.sampler.rate(key, at, ns)),
         });
-        let mem = u.memory_usage.map(|_| memory(&u, at));
-        (cpu, mem, u)
+        (cpu, u.memory_usage.map(|_| memory(u, at)))
     }
 
-    async fn container_stats_of(&self, rec: &ContainerRecord) -> cri::ContainerStats {
+    async fn container_stats_of(&self, rec: &ContainerRecord) -> (cri::ContainerStats, Sample) {
         let at = timefmt::now_ns();
-        let running = rec.state == ContainerState::Running;
-        let (cpu, memory, _) = if running {
-            self.cpu_mem(&rec.id, rec.pid, at)
+        let sample = if rec.state == ContainerState::Running {
+            sample(rec.pid)
         } else {
-            (None, None, cgroup::Usage::default())
+            Sample::default()
         };
+        let (cpu, memory) = self.cpu_mem(&rec.id, &sample.usage, at);
         let store = self.images.clone();
         let id = rec.id.clone();
         let usage = tokio::task::spawn_blocking(move || store.rootfs_usage(&id))
@@ -134,7 +144,7 @@ impl Runtime {
             used_bytes: u64v(Some(bytes)),
             inodes_used: u64v(Some(inodes)),
         });
-        cri::ContainerStats {
+        let stats = cri::ContainerStats {
             attributes: Some(cri::ContainerAttributes {
                 id: rec.id.clone(),
                 metadata: rec.config.metadata.clone(),
@@ -145,12 +155,13 @@ impl Runtime {
             memory,
             writable_layer,
             swap: None,
-        }
+        };
+        (stats, sample)
     }
 
     pub async fn container_stats(&self, id: &str) -> crate::Result<cri::ContainerStats> {
         let rec = self.containers().resolve(id)?.get();
-        Ok(self.container_stats_of(&rec).await)
+        Ok(self.container_stats_of(&rec).await.0)
     }
 
     pub async fn list_container_stats(
@@ -168,7 +179,7 @@ impl Runtime {
         };
         let mut out = Vec::new();
         for rec in self.list_containers(Some(&list_filter)) {
-            out.push(self.container_stats_of(&rec).await);
+            out.push(self.container_stats_of(&rec).await.0);
         }
         out
     }
@@ -176,64 +187,27 @@ impl Runtime {
     async fn pod_stats_of(&self, sb: &SandboxRecord) -> cri::PodSandboxStats {
         let at = timefmt::now_ns();
         let ready = sb.state == SandboxState::Ready;
+        // The pod's figures: its running containers' plus the pause container's.
+        let mut total = if ready {
+            sample(sb.pause_pid)
+        } else {
+            Sample::default()
+        };
         let mut containers = Vec::new();
         for c in self.containers_of(&sb.id) {
             let rec = c.get();
             if rec.state == ContainerState::Running {
-                containers.push(self.container_stats_of(&rec).await);
+                let (stats, s) = self.container_stats_of(&rec).await;
+                total.usage.add(&s.usage);
+                total.processes += s.processes;
+                containers.push(stats);
             }
         }
-        // The pod's figures: its containers' plus the pause container's.
-        let (pause_cpu, _, pause_usage) = if ready {
-            self.cpu_mem(&format!("pause-{}", sb.id), sb.pause_pid, at)
+        let (cpu, memory) = if ready {
+            self.cpu_mem(&format!("pod-{}", sb.id), &total.usage, at)
         } else {
-            (None, None, cgroup::Usage::default())
+            (None, None)
         };
-        let sum = |f: &dyn Fn(&cri::ContainerStats) -> Option<u64>| -> u64 {
-            containers.iter().filter_map(f).sum()
-        };
-        let cpu_total = sum(&|c| Some(c.cpu.as_ref()?.usage_core_nano_seconds.as_ref()?.value))
-            + pause_cpu
-                .as_ref()
-                .and_then(|c| c.usage_core_nano_seconds.as_ref())
-                .map_or(0, |v| v.value);
-        let cpu = ready.then(|| cri::CpuUsage {
-            timestamp: at,
-            usage_core_nano_seconds: u64v(Some(cpu_total)),
-            usage_nano_cores: u64v(self.sampler.rate(&format!("pod-{}", sb.id), at, cpu_total)),
-        });
-        let mem_field = |f: &dyn Fn(&cri::MemoryUsage) -> Option<u64>,
-                         pause: Option<u64>|
-         -> Option<cri::UInt64Value> {
-            u64v(Some(
-                containers
-                    .iter()
-                    .filter_map(|c| f(c.memory.as_ref()?))
-                    .sum::<u64>()
-                    + pause.unwrap_or(0),
-            ))
-        };
-        let memory = ready.then(|| cri::MemoryUsage {
-            timestamp: at,
-            working_set_bytes: mem_field(
-                &|m| Some(m.working_set_bytes.as_ref()?.value),
-                pause_usage.working_set,
-            ),
-            available_bytes: None,
-            usage_bytes: mem_field(
-                &|m| Some(m.usage_bytes.as_ref()?.value),
-                pause_usage.memory_usage,
-            ),
-            rss_bytes: mem_field(&|m| Some(m.rss_bytes.as_ref()?.value), pause_usage.rss),
-            page_faults: mem_field(
-                &|m| Some(m.page_faults.as_ref()?.value),
-                pause_usage.page_faults,
-            ),
-            major_page_faults: mem_field(
-                &|m| Some(m.major_page_faults.as_ref()?.value),
-                pause_usage.major_page_faults,
-            ),
-        });
         let network = (ready && sb.netns.is_some())
             .then(|| std::fs::read_to_string(format!("/proc/{}/net/dev", sb.pause_pid)).ok())
             .flatten()
@@ -248,22 +222,6 @@ impl Runtime {
                     interfaces,
                 }
             });
-        let process_count: u64 = if ready {
-            let mut n = cgroup_paths(sb.pause_pid)
-                .and_then(|p| cgroup::process_count(Path::new(CGROUP_ROOT), &p))
-                .unwrap_or(0);
-            for c in self.containers_of(&sb.id) {
-                let rec = c.get();
-                if rec.state == ContainerState::Running {
-                    n += cgroup_paths(rec.pid)
-                        .and_then(|p| cgroup::process_count(Path::new(CGROUP_ROOT), &p))
-                        .unwrap_or(0);
-                }
-            }
-            n
-        } else {
-            0
-        };
         cri::PodSandboxStats {
             attributes: Some(cri::PodSandboxAttributes {
                 id: sb.id.clone(),
@@ -277,7 +235,7 @@ impl Runtime {
                 network,
                 process: ready.then(|| cri::ProcessUsage {
                     timestamp: at,
-                    process_count: u64v(Some(process_count)),
+                    process_count: u64v(Some(total.processes)),
                 }),
                 containers,
             }),
