@@ -240,6 +240,47 @@ async fn exec_streams_over_spdy_and_websocket_with_tty_and_resize() {
     assert!(out.contains("size 40 100"), "{out:?}");
     drop(tx);
 
+    // A client that goes away mid-exec leaves no process behind.
+    let url = exec_url(&mut d, &id, &["sleep", "601"], false, false, true)
+        .await
+        .unwrap();
+    let client = tokio::spawn(async move {
+        let io = CommandIo {
+            stdout: Some(collector().0),
+            stderr: Some(collector().0),
+            ..Default::default()
+        };
+        remote_command_spdy(&url, &[STREAM_PROTOCOL_V4], io, &ClientOptions::default()).await
+    });
+    let count = "ps -o args | grep -c '^sleep 601' || true";
+    let mut started = false;
+    for _ in 0..200 {
+        let r = exec_sync(&mut d, &id, &["sh", "-c", count], 5)
+            .await
+            .unwrap();
+        if String::from_utf8_lossy(&r.stdout).trim() == "1" {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(started, "the exec'd process never showed up");
+    client.abort();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let r = exec_sync(&mut d, &id, &["sh", "-c", count], 5)
+            .await
+            .unwrap();
+        if String::from_utf8_lossy(&r.stdout).trim() == "0" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the exec'd process outlived its client"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
     // Validation at the CRI: tty with stderr, no streams, a stopped container.
     let err = exec_url(&mut d, &id, &["true"], true, false, true)
         .await
