@@ -105,7 +105,7 @@ impl Runtime {
         let server = peapod_streaming::Server::start(config, backend)
             .await
             .map_err(|e| {
-                Error::Internal(format!(
+                Error::internal(format!(
                     "start the streaming server on {}: {e}",
                     cfg.address
                 ))
@@ -118,7 +118,7 @@ impl Runtime {
     pub fn streaming(&self) -> Result<&peapod_streaming::Server> {
         self.streaming
             .get()
-            .ok_or_else(|| Error::Unavailable("the streaming server is not running".into()))
+            .ok_or_else(|| Error::unavailable("the streaming server is not running"))
     }
 
     pub fn root(&self) -> &Path {

@@ -1,6 +1,6 @@
 //! Talking to the per-pod `peapod-shim`: starting it, and the Task API client.
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::ids;
 use containerd_shim_protos::api;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
@@ -21,20 +21,24 @@ fn ctx(timeout: Option<Duration>) -> Context {
 }
 
 fn map_err(what: &str, err: ttrpc::Error) -> Error {
-    match err {
+    let (code, message) = match &err {
         ttrpc::Error::RpcStatus(s) => {
-            let msg = format!("{what}: {}", s.message());
-            match s.code() {
-                ttrpc::Code::NOT_FOUND => Error::NotFound(msg),
-                ttrpc::Code::INVALID_ARGUMENT => Error::InvalidArgument(msg),
-                ttrpc::Code::ALREADY_EXISTS => Error::AlreadyExists(msg),
-                ttrpc::Code::FAILED_PRECONDITION => Error::FailedPrecondition(msg),
-                ttrpc::Code::DEADLINE_EXCEEDED => Error::DeadlineExceeded(msg),
-                _ => Error::Shim(msg),
-            }
+            let code = match s.code() {
+                ttrpc::Code::NOT_FOUND => Code::NotFound,
+                ttrpc::Code::INVALID_ARGUMENT => Code::InvalidArgument,
+                ttrpc::Code::ALREADY_EXISTS => Code::AlreadyExists,
+                ttrpc::Code::FAILED_PRECONDITION => Code::FailedPrecondition,
+                ttrpc::Code::DEADLINE_EXCEEDED => Code::DeadlineExceeded,
+                _ => Code::Internal,
+            };
+            (code, s.message().to_string())
         }
-        other => Error::Shim(format!("{what}: {other}")),
-    }
+        other => (Code::Internal, other.to_string()),
+    };
+    // What the shim refused (a missing task, a bad request) reads as the client's error; a
+    // failure of the shim itself says so.
+    let prefix = if code == Code::Internal { "shim: " } else { "" };
+    Error::new(code, format!("{prefix}{what}: {message}")).with_cause(err)
 }
 
 /// An exit as the shim reports it.
@@ -77,7 +81,13 @@ impl ShimClient {
     pub async fn connect(socket: &Path) -> Result<ShimClient> {
         let raw = Client::connect(&format!("unix://{}", socket.display()))
             .await
-            .map_err(|e| Error::Shim(format!("connect {}: {e}", socket.display())))?;
+            .map_err(|e| {
+                Error::caused(
+                    Code::Internal,
+                    format_args!("shim: connect {}", socket.display()),
+                    e,
+                )
+            })?;
         Ok(ShimClient {
             task: TaskClient::new(raw.clone()),
             raw,
@@ -99,7 +109,7 @@ impl ShimClient {
         req.stdout = options.log_path.clone();
         let mut any = Any::new();
         any.type_url = protocol::CREATE_OPTIONS_TYPE_URL.into();
-        any.value = serde_json::to_vec(options).map_err(|e| Error::Internal(e.to_string()))?;
+        any.value = serde_json::to_vec(options).map_err(|e| Error::internal(e.to_string()))?;
         req.options = MessageField::some(any);
         let resp = self
             .task
@@ -257,7 +267,7 @@ impl ShimClient {
         req.timeout_nano = CALL_TIMEOUT.as_nanos() as i64;
         req.payload = body
             .write_to_bytes()
-            .map_err(|e| Error::Internal(e.to_string()))?;
+            .map_err(|e| Error::internal(e.to_string()))?;
         let resp = self
             .raw
             .request(req)
@@ -298,8 +308,8 @@ impl ShimClient {
                 .await
                 .is_err()
             {
-                return Err(Error::Shim(format!(
-                    "the shim at {} did not exit within {SHIM_EXIT_TIMEOUT:?} of Shutdown",
+                return Err(Error::internal(format!(
+                    "shim: the shim at {} did not exit within {SHIM_EXIT_TIMEOUT:?} of Shutdown",
                     self.socket.display()
                 )));
             }
@@ -425,10 +435,10 @@ impl ShimManager {
             .kill_on_drop(true)
             .output()
             .await
-            .map_err(|e| Error::Shim(format!("run {}: {e}", self.binary.display())))?;
+            .map_err(|e| Error::io(format_args!("shim: run {}", self.binary.display()), e))?;
         if !output.status.success() {
-            return Err(Error::Shim(format!(
-                "starting the shim failed: {}",
+            return Err(Error::internal(format!(
+                "shim: starting the shim failed: {}",
                 String::from_utf8_lossy(&output.stderr).trim()
             )));
         }

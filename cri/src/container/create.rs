@@ -1,7 +1,7 @@
 //! CreateContainer.
 
+use super::name_of;
 use super::rootfs_files::read_in_root;
-use super::{name_of, spec_error};
 use crate::cgroups;
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
@@ -83,7 +83,7 @@ impl Runtime {
         let sandbox = self.sandboxes().resolve(&req.sandbox_id)?;
         let srec = sandbox.get();
         if srec.state != SandboxState::Ready {
-            return Err(Error::FailedPrecondition(format!(
+            return Err(Error::failed_precondition(format!(
                 "pod sandbox {} is not ready",
                 srec.id
             )));
@@ -152,8 +152,8 @@ impl Runtime {
             Error::not_found(format!("image {image_ref:?} not found; pull it first"))
         })?;
         let img_cfg = image_config(&image.config);
-        let stop_signal = peapod_spec::stop_signal(&img_cfg).map_err(spec_error)?;
-        let user_req = peapod_spec::user_to_resolve(&config, &img_cfg).map_err(spec_error)?;
+        let stop_signal = peapod_spec::stop_signal(&img_cfg).map_err(Error::from)?;
+        let user_req = peapod_spec::user_to_resolve(&config, &img_cfg).map_err(Error::from)?;
 
         let bundle = self.container_state_dir(id);
         let root_dir = self.container_root_dir(id);
@@ -171,7 +171,7 @@ impl Runtime {
         let group = read_in_root(&rootfs, "etc/group")
             .map_err(|e| Error::io("read the image's /etc/group", e))?;
         let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())
-            .map_err(spec_error)?;
+            .map_err(Error::from)?;
 
         let log_path = if srec.config.log_directory.is_empty() || config.log_path.is_empty() {
             String::new()
@@ -207,10 +207,10 @@ impl Runtime {
             host: &host,
             paths: &peapod_spec::RealHost,
         })
-        .map_err(spec_error)?;
+        .map_err(Error::from)?;
         let config_json = bundle.join("config.json");
         // peapod-spec's writer sorts the capability sets, so a spec always serializes alike.
-        let bytes = peapod_spec::spec_json(&spec).map_err(spec_error)?;
+        let bytes = peapod_spec::spec_json(&spec).map_err(Error::from)?;
         std::fs::write(&config_json, bytes).map_err(|e| Error::path("write", &config_json, e))?;
 
         let exit_file = root_dir.join("exit");

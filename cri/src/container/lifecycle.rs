@@ -1,7 +1,7 @@
 //! StartContainer, StopContainer, RemoveContainer, UpdateContainerResources,
 //! ReopenContainerLog.
 
-use super::{not_running, spec_error};
+use super::not_running;
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 use crate::shim::ShimClient;
@@ -27,7 +27,7 @@ impl Runtime {
         let _op = c.op.lock().await;
         let rec = c.get();
         if rec.state != ContainerState::Created {
-            return Err(Error::FailedPrecondition(format!(
+            return Err(Error::failed_precondition(format!(
                 "container {} is {:?}; only a created container can be started",
                 rec.id, rec.state
             )));
@@ -87,7 +87,7 @@ impl Runtime {
                 self.record_exit(c, exit.code as i32, exit.at_ns);
                 Ok(())
             }
-            Err(_) => Err(Error::DeadlineExceeded(format!(
+            Err(_) => Err(Error::deadline_exceeded(format!(
                 "container {} did not exit within {KILL_TIMEOUT:?} of SIGKILL",
                 rec.id
             ))),
@@ -201,8 +201,8 @@ impl Runtime {
             return Err(not_running(&rec, "update its resources"));
         }
         let linux =
-            peapod_spec::linux_resources(&resources, &self.host_facts()).map_err(spec_error)?;
-        let json = serde_json::to_vec(&linux).map_err(|e| Error::Internal(e.to_string()))?;
+            peapod_spec::linux_resources(&resources, &self.host_facts()).map_err(Error::from)?;
+        let json = serde_json::to_vec(&linux).map_err(|e| Error::internal(e.to_string()))?;
         self.shim_for(&rec.sandbox_id)
             .await?
             .update(&rec.id, json)

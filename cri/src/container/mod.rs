@@ -39,15 +39,8 @@ pub fn exit_reason(code: i32, oom_killed: bool) -> &'static str {
     }
 }
 
-pub(crate) fn spec_error(e: peapod_spec::SpecError) -> Error {
-    match e {
-        peapod_spec::SpecError::InvalidArgument(m) => Error::InvalidArgument(m),
-        other => Error::Internal(other.to_string()),
-    }
-}
-
 fn not_running(rec: &ContainerRecord, what: &str) -> Error {
-    Error::FailedPrecondition(format!(
+    Error::failed_precondition(format!(
         "container {} is {:?}, not running: cannot {what}",
         rec.id, rec.state
     ))

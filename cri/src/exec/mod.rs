@@ -190,7 +190,7 @@ impl Runtime {
     pub(crate) fn running_container(&self, id: &str) -> Result<ContainerRecord> {
         let rec = self.containers().resolve(id)?.get();
         if rec.state != ContainerState::Running {
-            return Err(Error::FailedPrecondition(format!(
+            return Err(Error::failed_precondition(format!(
                 "container {} is {:?}, not running",
                 rec.id, rec.state
             )));
@@ -207,11 +207,10 @@ impl Runtime {
     ) -> Result<Vec<u8>> {
         let path = rec.bundle.join("config.json");
         let spec = oci_spec::runtime::Spec::load(&path)
-            .map_err(|e| Error::Internal(format!("read {}: {e}", path.display())))?;
-        let process =
-            peapod_spec::exec_process(&spec, cmd, tty).map_err(super::container::spec_error)?;
+            .map_err(|e| Error::internal(format!("read {}: {e}", path.display())))?;
+        let process = peapod_spec::exec_process(&spec, cmd, tty).map_err(Error::from)?;
         serde_json::to_vec(&process)
-            .map_err(|e| Error::Internal(format!("encode exec process: {e}")))
+            .map_err(|e| Error::internal(format!("encode exec process: {e}")))
     }
 
     /// ExecSync: runs `cmd`, returns its output and exit code; past `timeout_s` (0: none) the
@@ -231,9 +230,7 @@ impl Runtime {
         let exec_id = new_exec_id();
         let fifos = Fifos::create(&rec.bundle.join("exec"), &exec_id, false, true, true)?;
         let open = |p: &Option<PathBuf>| -> Result<tokio::net::unix::pipe::Receiver> {
-            let path = p
-                .as_ref()
-                .ok_or_else(|| Error::Internal("fifo missing".into()))?;
+            let path = p.as_ref().ok_or_else(|| Error::internal("fifo missing"))?;
             tokio::net::unix::pipe::OpenOptions::new()
                 .open_receiver(path)
                 .map_err(|e| Error::path("open fifo", path, e))
@@ -270,7 +267,7 @@ impl Runtime {
                     out_task.abort();
                     err_task.abort();
                     guard.kill_and_finish().await;
-                    return Err(Error::DeadlineExceeded(format!(
+                    return Err(Error::deadline_exceeded(format!(
                         "command {cmd:?} in container {} timed out after {timeout_s}s",
                         rec.id
                     )));

@@ -219,7 +219,7 @@ impl Runtime {
     ) -> Result<()> {
         let rec = self.sandboxes().resolve(sandbox_id)?.get();
         if rec.state != SandboxState::Ready {
-            return Err(Error::FailedPrecondition(format!(
+            return Err(Error::failed_precondition(format!(
                 "pod sandbox {} is not ready",
                 rec.id
             )));
@@ -228,7 +228,7 @@ impl Runtime {
         let std_stream = match rec.netns.clone() {
             Some(ns) => tokio::task::spawn_blocking(move || netns::run_in(&ns, connect))
                 .await
-                .map_err(|e| Error::Internal(format!("port-forward connect: {e}")))??,
+                .map_err(|e| Error::internal(format!("port-forward connect: {e}")))??,
             None => connect().map_err(|e| Error::io(format!("connect to localhost:{port}"), e))?,
         };
         std_stream

@@ -1,6 +1,6 @@
 //! The daemon's side of the streaming server: its sessions run through [`Runtime`].
 
-use crate::error::Error;
+use crate::error::{Code, Error};
 use crate::runtime::Runtime;
 use async_trait::async_trait;
 use peapod_streaming::{AsyncReadWrite, RuntimeError, StreamIo};
@@ -20,10 +20,10 @@ impl Backend {
 }
 
 fn to_runtime_error(id: &str, e: Error) -> RuntimeError {
-    match e {
-        Error::NotFound(_) => RuntimeError::ContainerNotFound(id.to_string()),
-        Error::FailedPrecondition(_) => RuntimeError::ContainerNotRunning(id.to_string()),
-        other => RuntimeError::Other(other.to_string()),
+    match e.code() {
+        Code::NotFound => RuntimeError::ContainerNotFound(id.to_string()),
+        Code::FailedPrecondition => RuntimeError::ContainerNotRunning(id.to_string()),
+        _ => RuntimeError::Other(e.to_string()),
     }
 }
 
@@ -57,9 +57,9 @@ impl peapod_streaming::Runtime for Backend {
         self.rt()?
             .port_forward_session(sandbox_id, port, stream)
             .await
-            .map_err(|e| match e {
-                Error::NotFound(_) => RuntimeError::SandboxNotFound(sandbox_id.to_string()),
-                other => RuntimeError::Other(other.to_string()),
+            .map_err(|e| match e.code() {
+                Code::NotFound => RuntimeError::SandboxNotFound(sandbox_id.to_string()),
+                _ => RuntimeError::Other(e.to_string()),
             })
     }
 }

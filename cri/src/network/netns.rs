@@ -30,7 +30,7 @@ pub fn create(dir: &Path, name: &str) -> Result<PathBuf> {
         .map_err(std::io::Error::from)
     })
     .join()
-    .map_err(|_| Error::Internal("the netns thread panicked".into()))?;
+    .map_err(|_| Error::internal("the netns thread panicked"))?;
     if let Err(e) = pinned {
         let _ = std::fs::remove_file(&path);
         return Err(Error::path("pin network namespace at", &path, e));
@@ -63,6 +63,6 @@ pub fn run_in<T: Send + 'static>(
         f()
     })
     .join()
-    .map_err(|_| Error::Internal("the netns thread panicked".into()))?
+    .map_err(|_| Error::internal("the netns thread panicked"))?
     .map_err(|e| Error::io("in the pod network namespace", e))
 }

@@ -263,7 +263,7 @@ impl Runtime {
         )?;
         let config_json = bundle.join("config.json");
         spec.save(&config_json)
-            .map_err(|e| Error::Internal(format!("write {}: {e}", config_json.display())))?;
+            .map_err(|e| Error::internal(format!("write {}: {e}", config_json.display())))?;
         let options = CreateOptions {
             exit_file: pause_exit_file(&self.sandbox_root_dir(id))
                 .to_string_lossy()

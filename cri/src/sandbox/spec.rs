@@ -1,6 +1,6 @@
 //! The runtime spec of a pod's pause container.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::oci::{self, spec_err};
 use crate::pause::PAUSE_USER;
 use oci_spec::runtime::{
@@ -95,7 +95,7 @@ pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result
         .build()
         .map_err(spec_err)?;
 
-    let mut mounts = peapod_spec::kernel_mounts(false).map_err(crate::container::spec_error)?;
+    let mut mounts = peapod_spec::kernel_mounts(false).map_err(Error::from)?;
     match inputs.shm {
         Some(shm) => mounts.push(oci::bind("/dev/shm", shm, &["rw"])?),
         None => mounts.push(oci::bind("/dev/shm", Path::new("/dev/shm"), &["rw"])?),

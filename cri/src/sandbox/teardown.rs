@@ -110,7 +110,7 @@ impl Runtime {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) if e.is_not_found() => Ok(()),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::DeadlineExceeded(format!(
+            Err(_) => Err(Error::deadline_exceeded(format!(
                 "pause of sandbox {} did not exit within {PAUSE_EXIT_TIMEOUT:?} of SIGKILL",
                 sandbox.id
             ))),

@@ -7,7 +7,6 @@ use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-#[tracing::instrument(name = "CreateContainer", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn create(
     rt: &Arc<Runtime>,
     req: cri::CreateContainerRequest,
@@ -26,7 +25,6 @@ pub async fn create(
     Ok(cri::CreateContainerResponse { container_id: id })
 }
 
-#[tracing::instrument(name = "StartContainer", skip_all, fields(container = %req.container_id))]
 pub async fn start(
     rt: &Arc<Runtime>,
     req: cri::StartContainerRequest,
@@ -36,7 +34,6 @@ pub async fn start(
     Ok(cri::StartContainerResponse {})
 }
 
-#[tracing::instrument(name = "StopContainer", skip_all, fields(container = %req.container_id, timeout = req.timeout))]
 pub async fn stop(
     rt: &Arc<Runtime>,
     req: cri::StopContainerRequest,
@@ -46,7 +43,6 @@ pub async fn stop(
     Ok(cri::StopContainerResponse {})
 }
 
-#[tracing::instrument(name = "RemoveContainer", skip_all, fields(container = %req.container_id))]
 pub async fn remove(
     rt: &Arc<Runtime>,
     req: cri::RemoveContainerRequest,
@@ -56,7 +52,6 @@ pub async fn remove(
     Ok(cri::RemoveContainerResponse {})
 }
 
-#[tracing::instrument(name = "ListContainers", skip_all)]
 pub fn list(rt: &Runtime, req: cri::ListContainersRequest) -> Result<cri::ListContainersResponse> {
     let containers = rt
         .list_containers(req.filter.as_ref())
@@ -66,7 +61,6 @@ pub fn list(rt: &Runtime, req: cri::ListContainersRequest) -> Result<cri::ListCo
     Ok(cri::ListContainersResponse { containers })
 }
 
-#[tracing::instrument(name = "ContainerStatus", skip_all, fields(container = %req.container_id))]
 pub async fn status(
     rt: &Arc<Runtime>,
     req: cri::ContainerStatusRequest,
@@ -84,7 +78,6 @@ pub async fn status(
     })
 }
 
-#[tracing::instrument(name = "UpdateContainerResources", skip_all, fields(container = %req.container_id))]
 pub async fn update_resources(
     rt: &Arc<Runtime>,
     req: cri::UpdateContainerResourcesRequest,
@@ -98,7 +91,6 @@ pub async fn update_resources(
     Ok(cri::UpdateContainerResourcesResponse {})
 }
 
-#[tracing::instrument(name = "ReopenContainerLog", skip_all, fields(container = %req.container_id))]
 pub async fn reopen_log(
     rt: &Arc<Runtime>,
     req: cri::ReopenContainerLogRequest,

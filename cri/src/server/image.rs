@@ -65,7 +65,6 @@ fn matches(rt: &Runtime, img: &Image, filter: Option<&cri::ImageFilter>) -> bool
         .is_some_and(|found| found.id == img.id)
 }
 
-#[tracing::instrument(name = "ListImages", skip_all)]
 pub async fn list(
     rt: &Arc<Runtime>,
     req: cri::ListImagesRequest,
@@ -80,7 +79,6 @@ pub async fn list(
     Ok(cri::ListImagesResponse { images })
 }
 
-#[tracing::instrument(name = "ImageStatus", skip_all)]
 pub async fn status(
     rt: &Arc<Runtime>,
     req: cri::ImageStatusRequest,
@@ -117,7 +115,6 @@ pub async fn status(
     })
 }
 
-#[tracing::instrument(name = "PullImage", skip_all, fields(image))]
 pub async fn pull(rt: &Arc<Runtime>, req: cri::PullImageRequest) -> Result<cri::PullImageResponse> {
     let reference = require_image(req.image.as_ref())?.to_string();
     tracing::Span::current().record("image", reference.as_str());
@@ -182,9 +179,9 @@ async fn import(rt: &Arc<Runtime>, path: &str) -> Result<String> {
     tracing::info!(archive = %path, size = meta.len(), "importing image archive");
     let res = rt.images.import(std::path::Path::new(&by_fd)).await;
     drop(file);
+    // The client named the archive, not our descriptor of it.
     let images = res.map_err(|e| {
-        let e = Error::from(e);
-        rename_in_message(e, &by_fd, path)
+        Error::from(e).reworded(|m| format!("import {path}: {}", m.replace(&by_fd, path)))
     })?;
     for img in &images {
         tracing::info!(archive = %path, id = %img.id, tags = ?img.repo_tags, "imported image");
@@ -195,21 +192,6 @@ async fn import(rt: &Arc<Runtime>, path: &str) -> Result<String> {
         .ok_or_else(|| Error::invalid(format!("image.image: archive {path} holds no image")))
 }
 
-/// Replaces `from` with `to` in an error's message, keeping its kind (gRPC code).
-fn rename_in_message(e: Error, from: &str, to: &str) -> Error {
-    let fix = |m: String| format!("import {to}: {}", m.replace(from, to));
-    match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(fix(m)),
-        Error::NotFound(m) => Error::NotFound(fix(m)),
-        Error::AlreadyExists(m) => Error::AlreadyExists(fix(m)),
-        Error::Unavailable(m) => Error::Unavailable(fix(m)),
-        Error::Image(m) => Error::Image(fix(m)),
-        Error::Internal(m) => Error::Internal(fix(m)),
-        other => other,
-    }
-}
-
-#[tracing::instrument(name = "RemoveImage", skip_all)]
 pub async fn remove(
     rt: &Arc<Runtime>,
     req: cri::RemoveImageRequest,
@@ -234,7 +216,6 @@ fn usage(u: &peapod_image::FsUsage) -> cri::FilesystemUsage {
     }
 }
 
-#[tracing::instrument(name = "ImageFsInfo", skip_all)]
 pub async fn fs_info(
     rt: &Arc<Runtime>,
     _req: cri::ImageFsInfoRequest,
@@ -242,7 +223,7 @@ pub async fn fs_info(
     let store = rt.images.clone();
     let info = tokio::task::spawn_blocking(move || store.fs_info())
         .await
-        .map_err(|e| Error::Internal(format!("image fs info: {e}")))?;
+        .map_err(|e| Error::internal(format!("image fs info: {e}")))?;
     Ok(cri::ImageFsInfoResponse {
         image_filesystems: vec![usage(&info.image)],
         container_filesystems: vec![usage(&info.container)],

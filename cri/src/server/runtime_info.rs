@@ -10,7 +10,6 @@ use std::collections::HashMap;
 pub const RUNTIME_API_VERSION: &str = "v1";
 pub const RUNTIME_NAME: &str = "peapod";
 
-#[tracing::instrument(name = "Version", skip_all)]
 pub fn version(_rt: &Runtime, _req: cri::VersionRequest) -> Result<cri::VersionResponse> {
     Ok(cri::VersionResponse {
         version: "0.1.0".into(),
@@ -20,7 +19,6 @@ pub fn version(_rt: &Runtime, _req: cri::VersionRequest) -> Result<cri::VersionR
     })
 }
 
-#[tracing::instrument(name = "Status", skip_all)]
 pub fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusResponse> {
     let network = rt.network.readiness();
     let conditions = vec![
@@ -69,7 +67,6 @@ pub fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusRespon
     })
 }
 
-#[tracing::instrument(name = "RuntimeConfig", skip_all)]
 pub fn runtime_config(
     rt: &Runtime,
     _req: cri::RuntimeConfigRequest,
@@ -85,7 +82,6 @@ pub fn runtime_config(
     })
 }
 
-#[tracing::instrument(name = "UpdateRuntimeConfig", skip_all)]
 pub fn update_runtime_config(
     rt: &Runtime,
     req: cri::UpdateRuntimeConfigRequest,

@@ -6,7 +6,6 @@ use crate::sandbox::query;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-#[tracing::instrument(name = "RunPodSandbox", skip_all, fields(pod))]
 pub async fn run(
     rt: &Arc<Runtime>,
     req: cri::RunPodSandboxRequest,
@@ -21,7 +20,6 @@ pub async fn run(
     Ok(cri::RunPodSandboxResponse { pod_sandbox_id: id })
 }
 
-#[tracing::instrument(name = "StopPodSandbox", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn stop(
     rt: &Arc<Runtime>,
     req: cri::StopPodSandboxRequest,
@@ -31,7 +29,6 @@ pub async fn stop(
     Ok(cri::StopPodSandboxResponse {})
 }
 
-#[tracing::instrument(name = "RemovePodSandbox", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn remove(
     rt: &Arc<Runtime>,
     req: cri::RemovePodSandboxRequest,
@@ -41,7 +38,6 @@ pub async fn remove(
     Ok(cri::RemovePodSandboxResponse {})
 }
 
-#[tracing::instrument(name = "PodSandboxStatus", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn status(
     rt: &Arc<Runtime>,
     req: cri::PodSandboxStatusRequest,
@@ -62,7 +58,6 @@ pub async fn status(
     })
 }
 
-#[tracing::instrument(name = "ListPodSandbox", skip_all)]
 pub fn list(rt: &Runtime, req: cri::ListPodSandboxRequest) -> Result<cri::ListPodSandboxResponse> {
     let items = rt
         .list_pod_sandboxes(req.filter.as_ref())

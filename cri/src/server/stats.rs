@@ -8,12 +8,11 @@ use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
 fn unimplemented<T>(what: &str) -> Result<T> {
-    Err(Error::Unimplemented(format!(
+    Err(Error::unimplemented(format!(
         "{what} is not implemented yet"
     )))
 }
 
-#[tracing::instrument(name = "ContainerStats", skip_all, fields(container = %req.container_id))]
 pub async fn container_stats(
     rt: &Arc<Runtime>,
     req: cri::ContainerStatsRequest,
@@ -24,7 +23,6 @@ pub async fn container_stats(
     })
 }
 
-#[tracing::instrument(name = "ListContainerStats", skip_all)]
 pub async fn list_container_stats(
     rt: &Arc<Runtime>,
     req: cri::ListContainerStatsRequest,
@@ -34,7 +32,6 @@ pub async fn list_container_stats(
     })
 }
 
-#[tracing::instrument(name = "PodSandboxStats", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn pod_sandbox_stats(
     rt: &Arc<Runtime>,
     req: cri::PodSandboxStatsRequest,
@@ -45,7 +42,6 @@ pub async fn pod_sandbox_stats(
     })
 }
 
-#[tracing::instrument(name = "ListPodSandboxStats", skip_all)]
 pub async fn list_pod_sandbox_stats(
     rt: &Arc<Runtime>,
     req: cri::ListPodSandboxStatsRequest,
@@ -62,7 +58,6 @@ pub fn checkpoint_container(
     unimplemented("CheckpointContainer: container checkpointing (CRIU)")
 }
 
-#[tracing::instrument(name = "GetContainerEvents", skip_all)]
 pub fn container_events(rt: &Runtime, _req: cri::GetEventsRequest) -> Result<EventStream> {
     use tokio_stream::StreamExt;
     let stream = tokio_stream::wrappers::BroadcastStream::new(rt.events.subscribe()).filter_map(

@@ -8,13 +8,12 @@ use std::sync::Arc;
 fn streaming_err(e: peapod_streaming::Error) -> Error {
     match e {
         peapod_streaming::Error::InvalidRequest(v) => {
-            Error::InvalidArgument(format!("{}: {}", v.field, v.message))
+            Error::invalid(format!("{}: {}", v.field, v.message))
         }
-        other => Error::Unavailable(other.to_string()),
+        other => Error::unavailable(other.to_string()),
     }
 }
 
-#[tracing::instrument(name = "ExecSync", skip_all, fields(container = %req.container_id))]
 pub async fn exec_sync(
     rt: &Arc<Runtime>,
     req: cri::ExecSyncRequest,
@@ -30,7 +29,6 @@ pub async fn exec_sync(
     })
 }
 
-#[tracing::instrument(name = "Exec", skip_all, fields(container = %req.container_id))]
 pub async fn exec(rt: &Arc<Runtime>, req: cri::ExecRequest) -> Result<cri::ExecResponse> {
     super::required("container_id", &req.container_id)?;
     let rec = rt.running_container(&req.container_id)?;
@@ -48,7 +46,6 @@ pub async fn exec(rt: &Arc<Runtime>, req: cri::ExecRequest) -> Result<cri::ExecR
     Ok(cri::ExecResponse { url })
 }
 
-#[tracing::instrument(name = "Attach", skip_all, fields(container = %req.container_id))]
 pub async fn attach(rt: &Arc<Runtime>, req: cri::AttachRequest) -> Result<cri::AttachResponse> {
     super::required("container_id", &req.container_id)?;
     let rec = rt.running_container(&req.container_id)?;
@@ -76,7 +73,6 @@ pub async fn attach(rt: &Arc<Runtime>, req: cri::AttachRequest) -> Result<cri::A
     Ok(cri::AttachResponse { url })
 }
 
-#[tracing::instrument(name = "PortForward", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn port_forward(
     rt: &Arc<Runtime>,
     req: cri::PortForwardRequest,
@@ -84,7 +80,7 @@ pub async fn port_forward(
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     let rec = rt.pod_sandbox_status(&req.pod_sandbox_id)?;
     if rec.state != crate::store::sandbox::SandboxState::Ready {
-        return Err(Error::FailedPrecondition(format!(
+        return Err(Error::failed_precondition(format!(
             "pod sandbox {} is not ready",
             rec.id
         )));

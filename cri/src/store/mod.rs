@@ -16,7 +16,7 @@ use std::path::Path;
 /// Writes `value` as JSON to `path` atomically and durably.
 pub fn write_record<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(value)
-        .map_err(|e| Error::Internal(format!("encode record {}: {e}", path.display())))?;
+        .map_err(|e| Error::internal(format!("encode record {}: {e}", path.display())))?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
     }
@@ -29,7 +29,7 @@ pub fn read_record<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| Error::Internal(format!("decode record {}: {e}", path.display()))),
+            .map_err(|e| Error::internal(format!("decode record {}: {e}", path.display()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::path("read record", path, e)),
     }
