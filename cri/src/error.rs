@@ -174,6 +174,23 @@ impl Error {
     }
 }
 
+/// Absence as a value: for the calls the CRI makes idempotent (stopping or removing what is
+/// already gone), and the shim calls whose object may already be gone.
+pub trait Optional<T> {
+    /// `Ok(None)` for a NotFound error; other errors stay errors.
+    fn optional(self) -> Result<Option<T>>;
+}
+
+impl<T> Optional<T> for Result<T> {
+    fn optional(self) -> Result<Option<T>> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 impl From<peapod_image::Error> for Error {
     fn from(err: peapod_image::Error) -> Error {
         use peapod_image::ErrorKind;

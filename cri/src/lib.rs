@@ -12,7 +12,9 @@ pub mod container;
 pub mod error;
 pub mod events;
 pub mod exec;
+pub mod host_ops;
 pub mod ids;
+pub mod images;
 pub mod network;
 pub mod oci;
 pub mod oom;
@@ -23,5 +25,7 @@ pub mod server;
 pub mod shim;
 pub mod stats;
 pub mod store;
+#[cfg(test)]
+pub mod testing;
 
 pub use error::{Error, Result};

@@ -59,10 +59,10 @@ impl crate::runtime::Runtime {
             user: Some((PAUSE_USER, PAUSE_USER)),
             mounted: false,
         };
-        match self.images.resolve(name) {
+        match self.image_ops.resolve(name) {
             Some(img) if img.config.labels.contains_key(BUILTIN_LABEL) => Ok(builtin()),
             Some(img) => {
-                self.images
+                self.image_ops
                     .create_rootfs(&img.id, sandbox_id, target, true)
                     .await?;
                 let mut args = img.config.entrypoint.clone();
@@ -89,16 +89,13 @@ impl crate::runtime::Runtime {
                     ..Default::default()
                 };
                 let files = [("pause".to_string(), PAUSE_BINARY.to_vec(), 0o755)];
-                match self.images.add_local_image(name, &files, config).await {
-                    Ok(_) => {
-                        if let Err(e) = self.images.set_pinned(name, true).await {
-                            tracing::warn!(image = %name, error = %e, "pinning the sandbox image");
-                        }
-                    }
-                    // Listing it is a convenience; the pod does not need it.
-                    Err(e) => {
-                        tracing::warn!(image = %name, error = %e, "registering the built-in pause image")
-                    }
+                // Listing it is a convenience; the pod does not need it.
+                if let Err(e) = self
+                    .image_ops
+                    .add_pinned_local_image(name, &files, config)
+                    .await
+                {
+                    tracing::warn!(image = %name, error = %e, "registering the built-in pause image")
                 }
                 Ok(builtin())
             }

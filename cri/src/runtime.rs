@@ -2,18 +2,37 @@
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::network::Network;
-use crate::shim::ShimManager;
+use crate::host_ops::{HostOps, RealHostOps};
+use crate::images::Images;
+use crate::network::{Network, PodNetwork};
+use crate::shim::{ShimManager, Shims};
 use crate::store::container::ContainerTable;
 use crate::store::sandbox::SandboxTable;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+/// The side effects the pod and container lifecycle has, each behind a narrow trait: real
+/// ones in the daemon, fakes in unit tests.
+#[derive(Clone)]
+pub struct Effects {
+    pub shims: Arc<dyn Shims>,
+    pub pod_network: Arc<dyn PodNetwork>,
+    pub host: Arc<dyn HostOps>,
+    pub images: Arc<dyn Images>,
+}
+
 pub struct Runtime {
     pub config: Config,
+    /// The image store itself, for the image RPCs and stats.
     pub images: Arc<peapod_image::Store>,
-    pub network: Network,
-    pub shims: ShimManager,
+    /// The image store as the lifecycle uses it (the same store in the daemon).
+    pub image_ops: Arc<dyn Images>,
+    /// The configured network, for Status and UpdateRuntimeConfig.
+    pub network: Arc<Network>,
+    /// The pod network as the lifecycle uses it (the same network in the daemon).
+    pub pod_network: Arc<dyn PodNetwork>,
+    pub host: Arc<dyn HostOps>,
+    pub shims: Arc<dyn Shims>,
     /// The built-in pause root filesystem.
     pub pause_rootfs: PathBuf,
     sandboxes: RwLock<SandboxTable>,
@@ -33,18 +52,23 @@ fn mkdir(path: &Path, mode: u32) -> Result<()> {
         .map_err(|e| Error::path("chmod", path, e))
 }
 
+/// The daemon's directories under its root (persistent) and state (runtime) directories.
+fn prepare_dirs(config: &Config) -> Result<()> {
+    mkdir(&config.root, 0o711)?;
+    mkdir(&config.state, 0o711)?;
+    for dir in ["sandboxes", "containers"] {
+        mkdir(&config.root.join(dir), 0o700)?;
+    }
+    for dir in ["sandboxes", "netns", "s", "runc"] {
+        mkdir(&config.state.join(dir), 0o711)?;
+    }
+    Ok(())
+}
+
 impl Runtime {
     /// Prepares the directories, opens the image store and loads the persisted records.
     pub async fn new(config: Config) -> Result<Arc<Runtime>> {
-        mkdir(&config.root, 0o711)?;
-        mkdir(&config.state, 0o711)?;
-        for dir in ["sandboxes", "containers"] {
-            mkdir(&config.root.join(dir), 0o700)?;
-        }
-        for dir in ["sandboxes", "netns", "s", "runc"] {
-            mkdir(&config.state.join(dir), 0o711)?;
-        }
-        let pause_rootfs = crate::pause::materialize(&config.root.join("pause"))?;
+        prepare_dirs(&config)?;
         let registry = peapod_image::RegistryConfig {
             insecure: config.registry.insecure.clone(),
             mirrors: config
@@ -55,18 +79,45 @@ impl Runtime {
                 .collect(),
         };
         let images = peapod_image::Store::open(&config.root.join("image"), registry).await?;
-        let network = Network::new(&config.cni, &config.root.join("cni").join("networks"));
-        let shims = ShimManager::new(
-            ShimManager::find_binary(&config.runtime.shim_path),
-            config.runtime.path.clone(),
-            config.state.join("runc"),
-            config.state.join("s"),
-        );
+        let network = Arc::new(Network::new(
+            &config.cni,
+            &config.root.join("cni").join("networks"),
+        ));
+        let effects = Effects {
+            shims: Arc::new(ShimManager::new(
+                ShimManager::find_binary(&config.runtime.shim_path),
+                config.runtime.path.clone(),
+                config.state.join("runc"),
+                config.state.join("s"),
+            )),
+            pod_network: network.clone(),
+            host: Arc::new(RealHostOps),
+            images: images.clone(),
+        };
+        let rt = Runtime::assemble(config, images, network, effects)?;
+        rt.resume_watches();
+        rt.start_streaming().await?;
+        Ok(rt)
+    }
+
+    /// The core over the given parts, with its records loaded; no background work started
+    /// (no watches, no streaming server). Unit tests build it with fakes.
+    pub fn assemble(
+        config: Config,
+        images: Arc<peapod_image::Store>,
+        network: Arc<Network>,
+        effects: Effects,
+    ) -> Result<Arc<Runtime>> {
+        prepare_dirs(&config)?;
+        let pause_rootfs = crate::pause::materialize(&config.root.join("pause"))?;
         let rt = Arc::new(Runtime {
             config,
             images,
+            image_ops: effects.images,
             network,
-            shims,
+            pod_network: effects.pod_network,
+            host: effects.host,
+            shims: effects.shims,
             pause_rootfs,
             sandboxes: RwLock::new(SandboxTable::default()),
             containers: RwLock::new(ContainerTable::default()),
@@ -75,8 +126,6 @@ impl Runtime {
             events: crate::events::Events::default(),
         });
         rt.load_records()?;
-        rt.resume_watches();
-        rt.start_streaming().await?;
         Ok(rt)
     }
 

@@ -120,14 +120,14 @@ impl Runtime {
 
     async fn unmake_container(&self, id: &str, srec: &SandboxRecord, made: &Made) {
         if made.shim_task {
-            if let Ok(shim) = self.shims.get(&srec.id, &srec.shim_socket).await {
+            if let Ok(shim) = self.shims.get(&srec.id).await {
                 if let Err(e) = shim.delete(id, "").await {
                     tracing::warn!(error = %e, "deleting a half-created container task");
                 }
             }
         }
         if let Some(rootfs) = &made.rootfs {
-            if let Err(e) = self.images.remove_rootfs(id, rootfs).await {
+            if let Err(e) = self.image_ops.remove_rootfs(id, rootfs).await {
                 tracing::warn!(error = %e, "removing a half-created rootfs");
             }
         }
@@ -148,7 +148,7 @@ impl Runtime {
             .as_ref()
             .map(|i| i.image.clone())
             .unwrap_or_default();
-        let image = self.images.resolve(&image_ref).ok_or_else(|| {
+        let image = self.image_ops.resolve(&image_ref).ok_or_else(|| {
             Error::not_found(format!("image {image_ref:?} not found; pull it first"))
         })?;
         let img_cfg = image_config(&image.config);
@@ -161,7 +161,7 @@ impl Runtime {
             std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
         }
         let rootfs = bundle.join("rootfs");
-        self.images
+        self.image_ops
             .create_rootfs(&image.id, id, &rootfs, false)
             .await?;
         made.rootfs = Some(rootfs.clone());
@@ -248,7 +248,7 @@ impl Runtime {
         let root = self.root().to_path_buf();
         entry.update(&root, |_| {})?;
 
-        let shim = self.shims.get(&srec.id, &srec.shim_socket).await?;
+        let shim = self.shims.get(&srec.id).await?;
         let rec = entry.get();
         let options = CreateOptions {
             log_path,

@@ -2,9 +2,8 @@
 //! ReopenContainerLog.
 
 use super::not_running;
-use crate::error::{Error, Result};
+use crate::error::{Error, Optional, Result};
 use crate::runtime::Runtime;
-use crate::shim::ShimClient;
 use crate::store::container::{Container, ContainerState};
 use peapod_proto::v1::{ContainerEventType, LinuxContainerResources};
 use peapod_shim::timefmt;
@@ -15,13 +14,6 @@ use std::time::Duration;
 const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Runtime {
-    /// The shim of a container's pod.
-    pub(crate) async fn shim_for(&self, sandbox_id: &str) -> Result<Arc<ShimClient>> {
-        let sandbox = self.sandboxes().resolve(sandbox_id)?;
-        let socket = sandbox.get().shim_socket;
-        self.shims.get(sandbox_id, &socket).await
-    }
-
     pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
         let c = self.containers().resolve(id)?;
         let _op = c.op.lock().await;
@@ -32,7 +24,7 @@ impl Runtime {
                 rec.id, rec.state
             )));
         }
-        let shim = self.shim_for(&rec.sandbox_id).await?;
+        let shim = self.shims.get(&rec.sandbox_id).await?;
         let root = self.root().to_path_buf();
         // Taken before the start: a process that exits at once must not finish before it
         // started.
@@ -70,7 +62,7 @@ impl Runtime {
     /// Sends `signal`, waits up to `grace`, then SIGKILLs everything in the container.
     async fn kill_and_wait(&self, c: &Container, signal: i32, grace: Duration) -> Result<()> {
         let rec = c.get();
-        let shim = self.shim_for(&rec.sandbox_id).await?;
+        let shim = self.shims.get(&rec.sandbox_id).await?;
         if !grace.is_zero() {
             shim.kill(&rec.id, "", signal as u32, false).await?;
             if let Ok(exit) = tokio::time::timeout(grace, shim.wait(&rec.id, "")).await {
@@ -96,10 +88,8 @@ impl Runtime {
 
     /// StopContainer: succeeds for an unknown or already stopped container.
     pub async fn stop_container(self: &Arc<Self>, id: &str, timeout_s: i64) -> Result<()> {
-        let c = match self.containers().resolve(id) {
-            Ok(c) => c,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
+        let Some(c) = self.containers().resolve(id).optional()? else {
+            return Ok(());
         };
         let _op = c.op.lock().await;
         self.stop_locked(&c, Duration::from_secs(timeout_s.max(0) as u64))
@@ -116,10 +106,8 @@ impl Runtime {
 
     /// RemoveContainer: kills it if running; succeeds for an unknown id.
     pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<()> {
-        let c = match self.containers().resolve(id) {
-            Ok(c) => c,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
+        let Some(c) = self.containers().resolve(id).optional()? else {
+            return Ok(());
         };
         let _op = c.op.lock().await;
         self.remove_locked(&c).await?;
@@ -137,17 +125,15 @@ impl Runtime {
         if rec.state == ContainerState::Running {
             self.kill_and_wait(c, libc::SIGKILL, Duration::ZERO).await?;
         }
-        match self.shim_for(&rec.sandbox_id).await {
-            Ok(shim) => match shim.delete(&rec.id, "").await {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            },
+        match self.shims.get(&rec.sandbox_id).await {
+            Ok(shim) => {
+                shim.delete(&rec.id, "").await.optional()?;
+            }
             Err(e) => {
                 tracing::debug!(container = %rec.id, error = %e, "no shim to delete the task in")
             }
         }
-        self.images.remove_rootfs(&rec.id, &rec.rootfs).await?;
+        self.image_ops.remove_rootfs(&rec.id, &rec.rootfs).await?;
         for dir in [
             self.container_state_dir(&rec.id),
             self.container_root_dir(&rec.id),
@@ -203,7 +189,8 @@ impl Runtime {
         let linux =
             peapod_spec::linux_resources(&resources, &self.host_facts()).map_err(Error::from)?;
         let json = serde_json::to_vec(&linux).map_err(|e| Error::internal(e.to_string()))?;
-        self.shim_for(&rec.sandbox_id)
+        self.shims
+            .get(&rec.sandbox_id)
             .await?
             .update(&rec.id, json)
             .await?;
@@ -218,7 +205,8 @@ impl Runtime {
         if rec.state != ContainerState::Running {
             return Err(not_running(&rec, "reopen its log"));
         }
-        self.shim_for(&rec.sandbox_id)
+        self.shims
+            .get(&rec.sandbox_id)
             .await?
             .reopen_log(&rec.id)
             .await

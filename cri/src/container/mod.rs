@@ -6,6 +6,8 @@
 
 mod create;
 mod lifecycle;
+#[cfg(test)]
+mod lifecycle_tests;
 pub mod query;
 mod rootfs_files;
 mod watch;

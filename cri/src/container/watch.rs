@@ -47,7 +47,7 @@ impl Runtime {
         let rt = self.clone();
         tokio::spawn(async move {
             let rec = c.get();
-            let waited = match rt.shim_for(&rec.sandbox_id).await {
+            let waited = match rt.shims.get(&rec.sandbox_id).await {
                 Ok(shim) => shim.wait(&rec.id, "").await,
                 Err(e) => Err(e),
             };

@@ -11,7 +11,7 @@ pub mod streaming;
 
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
-use crate::shim::ShimClient;
+use crate::shim::{ExecIo, Shim};
 use crate::store::container::{ContainerRecord, ContainerState};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -95,14 +95,14 @@ impl Drop for Fifos {
 /// Kills and forgets an exec'd process unless disarmed: the owner may be dropped at any
 /// await (client gone, deadline), and the process must not outlive it.
 pub(crate) struct ExecGuard {
-    shim: Arc<ShimClient>,
+    shim: Arc<dyn Shim>,
     container_id: String,
     exec_id: String,
     armed: bool,
 }
 
 impl ExecGuard {
-    pub fn new(shim: Arc<ShimClient>, container_id: &str, exec_id: &str) -> ExecGuard {
+    pub fn new(shim: Arc<dyn Shim>, container_id: &str, exec_id: &str) -> ExecGuard {
         ExecGuard {
             shim,
             container_id: container_id.to_string(),
@@ -226,7 +226,7 @@ impl Runtime {
         }
         let rec = self.running_container(id)?;
         let process = self.exec_process_json(&rec, &cmd, false)?;
-        let shim = self.shim_for(&rec.sandbox_id).await?;
+        let shim = self.shims.get(&rec.sandbox_id).await?;
         let exec_id = new_exec_id();
         let fifos = Fifos::create(&rec.bundle.join("exec"), &exec_id, false, true, true)?;
         let open = |p: &Option<PathBuf>| -> Result<tokio::net::unix::pipe::Receiver> {
@@ -236,16 +236,13 @@ impl Runtime {
                 .map_err(|e| Error::path("open fifo", path, e))
         };
         let (out_rx, err_rx) = (open(&fifos.stdout)?, open(&fifos.stderr)?);
-        shim.exec(
-            &rec.id,
-            &exec_id,
-            process,
-            false,
-            "",
-            &Fifos::path_str(&fifos.stdout),
-            &Fifos::path_str(&fifos.stderr),
-        )
-        .await?;
+        let io = ExecIo {
+            terminal: false,
+            stdin: String::new(),
+            stdout: Fifos::path_str(&fifos.stdout),
+            stderr: Fifos::path_str(&fifos.stderr),
+        };
+        shim.exec(&rec.id, &exec_id, process, &io).await?;
         let guard = ExecGuard::new(shim.clone(), &rec.id, &exec_id);
         shim.start(&rec.id, &exec_id).await?;
         // Readers start only now: a FIFO read with no writer yet would be an immediate EOF.

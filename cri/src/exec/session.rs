@@ -8,6 +8,7 @@ use super::{new_exec_id, ExecGuard, Fifos, OUTPUT_GRACE};
 use crate::error::{Error, Result};
 use crate::network::netns;
 use crate::runtime::Runtime;
+use crate::shim::ExecIo;
 use crate::store::sandbox::SandboxState;
 use peapod_shim::protocol::attach::{ClientFrame, ServerFrame};
 use peapod_streaming::{AsyncReadWrite, StreamIo};
@@ -28,7 +29,7 @@ impl Runtime {
         }
         let rec = self.running_container(id)?;
         let process = self.exec_process_json(&rec, &cmd, io.tty)?;
-        let shim = self.shim_for(&rec.sandbox_id).await?;
+        let shim = self.shims.get(&rec.sandbox_id).await?;
         let exec_id = new_exec_id();
         let StreamIo {
             stdin,
@@ -66,16 +67,13 @@ impl Runtime {
                 }
             };
         let (out_rx, err_rx) = (open_rx(&fifos.stdout)?, open_rx(&fifos.stderr)?);
-        shim.exec(
-            &rec.id,
-            &exec_id,
-            process,
-            tty,
-            &Fifos::path_str(&fifos.stdin),
-            &Fifos::path_str(&fifos.stdout),
-            &Fifos::path_str(&fifos.stderr),
-        )
-        .await?;
+        let exec_io = ExecIo {
+            terminal: tty,
+            stdin: Fifos::path_str(&fifos.stdin),
+            stdout: Fifos::path_str(&fifos.stdout),
+            stderr: Fifos::path_str(&fifos.stderr),
+        };
+        shim.exec(&rec.id, &exec_id, process, &exec_io).await?;
         let guard = ExecGuard::new(shim.clone(), &rec.id, &exec_id);
         shim.start(&rec.id, &exec_id).await?;
 

@@ -4,23 +4,21 @@
 pub mod query;
 pub mod spec;
 pub mod teardown;
+#[cfg(test)]
+mod tests;
 
 use crate::cgroups;
 use crate::error::{Error, Result};
-use crate::network::{files, netns};
+use crate::network::files;
 use crate::runtime::Runtime;
-use crate::shim::ShimClient;
+use crate::shim::Shim;
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
-use nix::mount::{mount, MsFlags};
 use peapod_proto::v1::{ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
 use peapod_shim::timefmt;
 use spec::{namespace_modes, PauseInputs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Size of a pod's /dev/shm (containerd's and Docker's default).
-const SHM_SIZE: &str = "65536k";
 
 /// Checks a sandbox config; errors name the field.
 pub fn validate(config: &PodSandboxConfig, runtime_handler: &str, runtime: &Runtime) -> Result<()> {
@@ -89,18 +87,6 @@ pub fn validate(config: &PodSandboxConfig, runtime_handler: &str, runtime: &Runt
         }
     }
     Ok(())
-}
-
-fn mount_shm(path: &Path) -> Result<()> {
-    std::fs::create_dir_all(path).map_err(|e| Error::path("create", path, e))?;
-    mount(
-        Some("shm"),
-        path,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        Some(format!("mode=1777,size={SHM_SIZE}").as_str()),
-    )
-    .map_err(|e| Error::path("mount the pod's /dev/shm at", path, e.into()))
 }
 
 impl Runtime {
@@ -190,13 +176,13 @@ impl Runtime {
         // The pause container needs only the namespace to exist, not the network in it: CNI
         // runs while the shim and the pause container start.
         if net != NamespaceMode::Node {
-            let path = netns::create(&self.netns_dir(), &id)?;
+            let path = self.host.pin_netns(&self.netns_dir(), &id)?;
             sandbox.update(&root, |r| r.netns = Some(path))?;
         }
         let rec = sandbox.get();
         let network = async {
             if let Some(path) = &rec.netns {
-                let attachment = self.network.setup(&id, path, &rec.config).await?;
+                let attachment = self.pod_network.setup(&id, path, &rec.config).await?;
                 let ips = crate::network::cni::result_ips(&attachment.result);
                 sandbox.update(&root, |r| {
                     r.cni = Some(attachment);
@@ -208,7 +194,7 @@ impl Runtime {
         let pause = async {
             let shim = self.shims.start(&id, &rec.dir.join("shim.log")).await?;
             let shim_time = started.elapsed();
-            let pid = self.start_pause(sandbox, &shim).await?;
+            let pid = self.start_pause(sandbox, shim.as_ref()).await?;
             Ok::<_, Error>((pid, shim_time, started.elapsed()))
         };
         let (network, pause) = tokio::join!(network, pause);
@@ -237,12 +223,12 @@ impl Runtime {
     }
 
     /// The pod's /dev/shm, the pause rootfs and the pause container itself; returns its pid.
-    async fn start_pause(&self, sandbox: &Arc<Sandbox>, shim: &ShimClient) -> Result<u32> {
+    async fn start_pause(&self, sandbox: &Arc<Sandbox>, shim: &dyn Shim) -> Result<u32> {
         let root = self.root().to_path_buf();
         let id = &sandbox.id;
         let rec = sandbox.get();
         if let Some(shm) = &rec.shm {
-            mount_shm(shm)?;
+            self.host.mount_shm(shm)?;
         }
         let pause = self.pause_image(id, &rec.dir.join("rootfs")).await?;
         if pause.mounted {
@@ -279,8 +265,7 @@ impl Runtime {
     pub(crate) fn watch_pause(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
         let rt = self.clone();
         tokio::spawn(async move {
-            let rec = sandbox.get();
-            let Ok(shim) = rt.shims.get(&sandbox.id, &rec.shim_socket).await else {
+            let Ok(shim) = rt.shims.get(&sandbox.id).await else {
                 return;
             };
             if shim.wait(&sandbox.id, "").await.is_ok() {

@@ -3,13 +3,11 @@
 //! Every step is idempotent and tolerates the piece being absent, so the same code cleans up a
 //! sandbox that failed half-way, one that was stopped before, and one a crash left behind.
 
-use crate::error::{Error, Result};
-use crate::network::netns;
+use crate::error::{Error, Optional, Result};
 use crate::runtime::Runtime;
-use crate::shim::ShimClient;
+use crate::shim::Shim;
 use crate::store::sandbox::{Sandbox, SandboxState};
 use containerd_shim_protos::types::task::Status;
-use nix::mount::{umount2, MntFlags};
 use peapod_proto::v1::ContainerEventType;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,13 +15,6 @@ use std::time::Duration;
 
 /// How long a killed pause container may take to be reported dead.
 const PAUSE_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn unmount(path: &Path) -> Result<()> {
-    match umount2(path, MntFlags::MNT_DETACH) {
-        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => Ok(()),
-        Err(e) => Err(Error::path("unmount", path, e.into())),
-    }
-}
 
 fn remove_dir(path: &Path) -> Result<()> {
     match std::fs::remove_dir_all(path) {
@@ -35,9 +26,8 @@ fn remove_dir(path: &Path) -> Result<()> {
 
 impl Runtime {
     /// The sandbox's shim, if it is (still) there.
-    pub(crate) async fn shim_of(&self, sandbox: &Sandbox) -> Option<Arc<ShimClient>> {
-        let socket = sandbox.get().shim_socket;
-        match self.shims.get(&sandbox.id, &socket).await {
+    async fn live_shim(&self, sandbox: &Sandbox) -> Option<Arc<dyn Shim>> {
+        match self.shims.get(&sandbox.id).await {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::debug!(sandbox = %sandbox.id, error = %e, "no shim");
@@ -48,10 +38,8 @@ impl Runtime {
 
     /// StopPodSandbox: succeeds for an unknown id.
     pub async fn stop_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
-        let sandbox = match self.sandboxes().resolve(id) {
-            Ok(s) => s,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
+        let Some(sandbox) = self.sandboxes().resolve(id).optional()? else {
+            return Ok(());
         };
         let _op = sandbox.op.lock().await;
         self.stop_sandbox(&sandbox).await
@@ -67,7 +55,7 @@ impl Runtime {
             tracing::warn!(error = %e, "CNI DEL failed; will retry on remove");
         }
         if let Some(shm) = sandbox.get().shm {
-            unmount(&shm)?;
+            self.host.unmount(&shm)?;
         }
         let root = self.root().to_path_buf();
         let changed = sandbox.update_if(
@@ -87,29 +75,24 @@ impl Runtime {
 
     /// Kills the pause container and waits for its exit.
     async fn stop_pause(&self, sandbox: &Sandbox) -> Result<()> {
-        let Some(shim) = self.shim_of(sandbox).await else {
+        let Some(shim) = self.live_shim(sandbox).await else {
             return Ok(());
         };
-        match shim.state(&sandbox.id, "").await {
-            Ok(state) if state.status == Status::STOPPED => return Ok(()),
-            Ok(_) => {}
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
+        match shim.state(&sandbox.id, "").await.optional()? {
+            Some(state) if state.status != Status::STOPPED => {}
+            _ => return Ok(()),
         }
         // Pause exits 0 on SIGTERM at once; SIGKILL is what containerd sends and cannot be
         // ignored, and nothing in pause needs a graceful end.
-        match shim
+        let killed = shim
             .kill(&sandbox.id, "", libc::SIGKILL as u32, false)
             .await
-        {
-            Ok(()) => {}
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
+            .optional()?;
+        if killed.is_none() {
+            return Ok(());
         }
         match tokio::time::timeout(PAUSE_EXIT_TIMEOUT, shim.wait(&sandbox.id, "")).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) if e.is_not_found() => Ok(()),
-            Ok(Err(e)) => Err(e),
+            Ok(waited) => waited.optional().map(drop),
             Err(_) => Err(Error::deadline_exceeded(format!(
                 "pause of sandbox {} did not exit within {PAUSE_EXIT_TIMEOUT:?} of SIGKILL",
                 sandbox.id
@@ -124,7 +107,7 @@ impl Runtime {
         let mut result = Ok(());
         if let (Some(cni), Some(ns)) = (rec.cni.as_ref(), rec.netns.as_ref()) {
             if !cni.deleted {
-                match self.network.teardown(&sandbox.id, ns, cni).await {
+                match self.pod_network.teardown(&sandbox.id, ns, cni).await {
                     Ok(()) => {
                         sandbox.update(&root, |r| {
                             if let Some(c) = r.cni.as_mut() {
@@ -138,7 +121,7 @@ impl Runtime {
         }
         if result.is_ok() || force {
             if let Some(ns) = &rec.netns {
-                netns::remove(ns)?;
+                self.host.unpin_netns(ns)?;
                 sandbox.update(&root, |r| r.netns = None)?;
             }
         }
@@ -147,10 +130,8 @@ impl Runtime {
 
     /// RemovePodSandbox: succeeds for an unknown id.
     pub async fn remove_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
-        let sandbox = match self.sandboxes().resolve(id) {
-            Ok(s) => s,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
+        let Some(sandbox) = self.sandboxes().resolve(id).optional()? else {
+            return Ok(());
         };
         let _op = sandbox.op.lock().await;
         self.destroy_sandbox(&sandbox).await?;
@@ -174,19 +155,15 @@ impl Runtime {
         }
         let rec = sandbox.get();
         if let Some(shm) = &rec.shm {
-            unmount(shm)?;
+            self.host.unmount(shm)?;
         }
-        if let Some(shim) = self.shim_of(sandbox).await {
-            match shim.delete(&sandbox.id, "").await {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
+        if let Some(shim) = self.live_shim(sandbox).await {
+            shim.delete(&sandbox.id, "").await.optional()?;
             shim.shutdown_and_wait().await?;
         }
         self.shims.forget(&sandbox.id);
         if rec.rootfs_mounted {
-            self.images
+            self.image_ops
                 .remove_rootfs(&sandbox.id, &rec.dir.join("rootfs"))
                 .await?;
         }

@@ -47,7 +47,7 @@ pub fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusRespon
                 "podCIDR": rt.network.pod_cidr(),
             },
             "runtimeHandler": rt.runtime_handler_name(),
-            "shim": rt.shims.binary(),
+            "shim": crate::shim::ShimManager::find_binary(&rt.config.runtime.shim_path),
         });
         info.insert("config".to_string(), v.to_string());
     }
