@@ -2,14 +2,15 @@
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::host_ops::{HostOps, RealHostOps};
 use crate::images::Images;
 use crate::network::{Network, PodNetwork};
 use crate::shim::{ShimManager, Shims};
-use crate::store::container::ContainerTable;
-use crate::store::sandbox::SandboxTable;
+use crate::store::container::ContainerRecords;
+use crate::store::sandbox::SandboxRecords;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 /// The side effects the pod and container lifecycle has, each behind a narrow trait: real
 /// ones in the daemon, fakes in unit tests.
@@ -35,10 +36,10 @@ pub struct Runtime {
     pub shims: Arc<dyn Shims>,
     /// The built-in pause root filesystem.
     pub pause_rootfs: PathBuf,
-    sandboxes: RwLock<SandboxTable>,
-    containers: RwLock<ContainerTable>,
+    pub sandboxes: Arc<SandboxRecords>,
+    pub containers: Arc<ContainerRecords>,
     /// Lifecycle events for GetContainerEvents.
-    pub events: crate::events::Events,
+    pub events: Arc<Events>,
     /// Previous CPU samples, for usage rates in stats.
     pub sampler: crate::stats::Sampler,
     /// The exec/attach/port-forward server (started right after the runtime).
@@ -110,7 +111,12 @@ impl Runtime {
     ) -> Result<Arc<Runtime>> {
         prepare_dirs(&config)?;
         let pause_rootfs = crate::pause::materialize(&config.root.join("pause"))?;
-        let rt = Arc::new(Runtime {
+        // A sandbox left in `Creating` by a crash is kept (listed as not ready) for
+        // RemovePodSandbox to clean.
+        let sandboxes = Arc::new(SandboxRecords::load(&config.root, "sandboxes")?);
+        let containers = Arc::new(ContainerRecords::load(&config.root, "containers")?);
+        let events = Arc::new(Events::new(sandboxes.clone(), containers.clone()));
+        Ok(Arc::new(Runtime {
             config,
             images,
             image_ops: effects.images,
@@ -119,14 +125,12 @@ impl Runtime {
             host: effects.host,
             shims: effects.shims,
             pause_rootfs,
-            sandboxes: RwLock::new(SandboxTable::default()),
-            containers: RwLock::new(ContainerTable::default()),
+            sandboxes,
+            containers,
             streaming: std::sync::OnceLock::new(),
             sampler: crate::stats::Sampler::default(),
-            events: crate::events::Events::default(),
-        });
-        rt.load_records()?;
-        Ok(rt)
+            events,
+        }))
     }
 
     async fn start_streaming(self: &Arc<Self>) -> Result<()> {
@@ -186,36 +190,11 @@ impl Runtime {
         self.config.state.join("netns")
     }
 
-    pub fn sandboxes(&self) -> RwLockReadGuard<'_, SandboxTable> {
-        self.sandboxes.read().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn sandboxes_mut(&self) -> RwLockWriteGuard<'_, SandboxTable> {
-        self.sandboxes.write().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn containers(&self) -> RwLockReadGuard<'_, ContainerTable> {
-        self.containers.read().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn containers_mut(&self) -> RwLockWriteGuard<'_, ContainerTable> {
-        self.containers.write().unwrap_or_else(|p| p.into_inner())
-    }
-
     pub fn container_root_dir(&self, id: &str) -> PathBuf {
         self.config.root.join("containers").join(id)
     }
 
     pub fn container_state_dir(&self, id: &str) -> PathBuf {
         self.config.state.join("containers").join(id)
-    }
-
-    /// Loads records so that a restarted daemon lists its pods and containers. A sandbox left
-    /// in `Creating` by a crash is kept (listed as not ready) for RemovePodSandbox to clean.
-    fn load_records(&self) -> Result<()> {
-        self.sandboxes_mut().load(&self.config.root, "sandboxes")?;
-        self.containers_mut()
-            .load(&self.config.root, "containers")?;
-        Ok(())
     }
 }

@@ -7,7 +7,6 @@ use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 use crate::store::container::{Container, ContainerRecord, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxState};
-use crate::store::table::Entry;
 use peapod_proto::v1::{ContainerConfig, ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
 use peapod_shim::timefmt;
@@ -80,7 +79,7 @@ impl Runtime {
     /// CreateContainer. On failure nothing of the container is left and its name is free.
     pub async fn create_container(self: &Arc<Self>, req: CreateContainer) -> Result<String> {
         validate(&req.config)?;
-        let sandbox = self.sandboxes().resolve(&req.sandbox_id)?;
+        let sandbox = self.sandboxes.read().resolve(&req.sandbox_id)?;
         let srec = sandbox.get();
         if srec.state != SandboxState::Ready {
             return Err(Error::failed_precondition(format!(
@@ -90,8 +89,8 @@ impl Runtime {
         }
         let name = name_of(&req.config, &srec.config);
         let id = {
-            let sandboxes = self.sandboxes();
-            let mut containers = self.containers_mut();
+            let sandboxes = self.sandboxes.read();
+            let mut containers = self.containers.write();
             let id = containers.ids.generate_unique(&sandboxes.ids);
             containers.names.reserve(&name, &id, "container")?;
             id
@@ -104,15 +103,16 @@ impl Runtime {
             .await
         {
             Ok(entry) => {
-                self.containers_mut().insert(entry);
-                self.emit(&id, &srec.id, ContainerEventType::ContainerCreatedEvent);
+                self.containers.write().insert(entry);
+                self.events
+                    .emit(&id, &srec.id, ContainerEventType::ContainerCreatedEvent);
                 tracing::info!("container created");
                 Ok(id)
             }
             Err(err) => {
                 tracing::warn!(error = %err, "CreateContainer failed; removing what it made");
                 self.unmake_container(&id, &srec, &made).await;
-                self.containers_mut().names.release(&name, &id);
+                self.containers.write().names.release(&name, &id);
                 Err(err)
             }
         }
@@ -244,9 +244,8 @@ impl Runtime {
             supplemental_groups: user.additional_gids.clone(),
             config,
         };
-        let entry = Entry::new(record);
-        let root = self.root().to_path_buf();
-        entry.update(&root, |_| {})?;
+        let entry = self.containers.entry(record);
+        entry.update(|_| {})?;
 
         let shim = self.shims.get(&srec.id).await?;
         let rec = entry.get();
@@ -265,7 +264,7 @@ impl Runtime {
         };
         let pid = shim.create(id, &bundle, rec.config.tty, &options).await?;
         made.shim_task = true;
-        entry.update(&root, |r| r.pid = pid)?;
+        entry.update(|r| r.pid = pid)?;
         Ok(entry)
     }
 
@@ -286,7 +285,7 @@ impl Runtime {
             )));
         }
         let target = self
-            .containers()
+            .containers
             .resolve(&ns.target_id)
             .map_err(|_| {
                 Error::invalid(format!("{field}: container {:?} not found", ns.target_id))

@@ -15,7 +15,7 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Runtime {
     pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
-        let c = self.containers().resolve(id)?;
+        let c = self.containers.read().resolve(id)?;
         let _op = c.op.lock().await;
         let rec = c.get();
         if rec.state != ContainerState::Created {
@@ -25,19 +25,18 @@ impl Runtime {
             )));
         }
         let shim = self.shims.get(&rec.sandbox_id).await?;
-        let root = self.root().to_path_buf();
         // Taken before the start: a process that exits at once must not finish before it
         // started.
         let started_at = timefmt::now_ns();
         match shim.start(&rec.id, "").await {
             Ok(pid) => {
-                c.update(&root, |r| {
+                c.update(|r| {
                     r.state = ContainerState::Running;
                     r.pid = pid;
                     r.started_at_ns = started_at;
                 })?;
                 self.watch_exit(c.clone());
-                self.emit(
+                self.events.emit(
                     &rec.id,
                     &rec.sandbox_id,
                     ContainerEventType::ContainerStartedEvent,
@@ -47,7 +46,7 @@ impl Runtime {
             Err(err) => {
                 // As containerd: a container that failed to start has exited with 128.
                 let message = err.to_string();
-                c.update(&root, |r| {
+                c.update(|r| {
                     r.state = ContainerState::Exited;
                     r.exit_code = 128;
                     r.reason = "StartError".into();
@@ -88,7 +87,7 @@ impl Runtime {
 
     /// StopContainer: succeeds for an unknown or already stopped container.
     pub async fn stop_container(self: &Arc<Self>, id: &str, timeout_s: i64) -> Result<()> {
-        let Some(c) = self.containers().resolve(id).optional()? else {
+        let Some(c) = self.containers.read().resolve(id).optional()? else {
             return Ok(());
         };
         let _op = c.op.lock().await;
@@ -106,13 +105,13 @@ impl Runtime {
 
     /// RemoveContainer: kills it if running; succeeds for an unknown id.
     pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<()> {
-        let Some(c) = self.containers().resolve(id).optional()? else {
+        let Some(c) = self.containers.read().resolve(id).optional()? else {
             return Ok(());
         };
         let _op = c.op.lock().await;
         self.remove_locked(&c).await?;
-        self.containers_mut().remove(&c.id);
-        self.emit(
+        self.containers.write().remove(&c.id);
+        self.events.emit(
             &c.id,
             &c.get().sandbox_id,
             ContainerEventType::ContainerDeletedEvent,
@@ -149,7 +148,7 @@ impl Runtime {
 
     /// Stops (SIGKILL) every container of a sandbox, as StopPodSandbox must.
     pub(crate) async fn stop_containers_of(&self, sandbox_id: &str) -> Result<()> {
-        for c in self.containers_of(sandbox_id) {
+        for c in self.containers.of_sandbox(sandbox_id) {
             let _op = c.op.lock().await;
             self.stop_locked(&c, Duration::ZERO).await?;
         }
@@ -158,21 +157,14 @@ impl Runtime {
 
     /// Removes every container of a sandbox, as RemovePodSandbox must.
     pub(crate) async fn remove_containers_of(&self, sandbox_id: &str) -> Result<()> {
-        for c in self.containers_of(sandbox_id) {
+        for c in self.containers.of_sandbox(sandbox_id) {
             let _op = c.op.lock().await;
             self.remove_locked(&c).await?;
-            self.containers_mut().remove(&c.id);
-            self.emit(&c.id, sandbox_id, ContainerEventType::ContainerDeletedEvent);
+            self.containers.write().remove(&c.id);
+            self.events
+                .emit(&c.id, sandbox_id, ContainerEventType::ContainerDeletedEvent);
         }
         Ok(())
-    }
-
-    pub(crate) fn containers_of(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
-        self.containers()
-            .all()
-            .into_iter()
-            .filter(|c| c.get().sandbox_id == sandbox_id)
-            .collect()
     }
 
     pub async fn update_container_resources(
@@ -180,7 +172,7 @@ impl Runtime {
         id: &str,
         resources: LinuxContainerResources,
     ) -> Result<()> {
-        let c = self.containers().resolve(id)?;
+        let c = self.containers.read().resolve(id)?;
         let _op = c.op.lock().await;
         let rec = c.get();
         if !matches!(rec.state, ContainerState::Created | ContainerState::Running) {
@@ -194,13 +186,12 @@ impl Runtime {
             .await?
             .update(&rec.id, json)
             .await?;
-        let root = self.root().to_path_buf();
-        c.update(&root, |r| r.resources = Some(resources))?;
+        c.update(|r| r.resources = Some(resources))?;
         Ok(())
     }
 
     pub async fn reopen_container_log(self: &Arc<Self>, id: &str) -> Result<()> {
-        let c = self.containers().resolve(id)?;
+        let c = self.containers.read().resolve(id)?;
         let rec = c.get();
         if rec.state != ContainerState::Running {
             return Err(not_running(&rec, "reopen its log"));

@@ -17,9 +17,7 @@ impl Runtime {
         let durable = ExitRecord::read(&rec.exit_file).ok().flatten();
         let oom = durable.is_some_and(|d| d.oom_killed);
         let finished = durable.map_or(at_ns, |d| d.exited_at_ns);
-        let root = self.root().to_path_buf();
         let result = c.update_if(
-            &root,
             |r| r.state == ContainerState::Running,
             |r| {
                 r.state = ContainerState::Exited;
@@ -32,7 +30,7 @@ impl Runtime {
             Ok(false) => {}
             Ok(true) => {
                 tracing::info!(container = %c.id, code, oom, "container exited");
-                self.emit(
+                self.events.emit(
                     &c.id,
                     &rec.sandbox_id,
                     peapod_proto::v1::ContainerEventType::ContainerStoppedEvent,
@@ -68,9 +66,8 @@ impl Runtime {
             Some(exit) => self.record_exit(c, exit.exit_code, exit.exited_at_ns),
             None => {
                 tracing::warn!(container = %c.id, why, "lost track of a running container");
-                let root = self.root().to_path_buf();
                 let message = format!("the shim is gone: {why}");
-                if let Err(e) = c.update(&root, |r| {
+                if let Err(e) = c.update(|r| {
                     r.state = ContainerState::Unknown;
                     r.message = message;
                 }) {
@@ -83,12 +80,12 @@ impl Runtime {
     /// After a restart: follow every pod and container that was running when the daemon went
     /// away.
     pub fn resume_watches(self: &Arc<Self>) {
-        for sb in self.sandboxes().all() {
+        for sb in self.sandboxes.read().all() {
             if sb.get().state == crate::store::sandbox::SandboxState::Ready {
                 self.watch_pause(sb);
             }
         }
-        for c in self.containers().all() {
+        for c in self.containers.read().all() {
             if c.get().state == ContainerState::Running {
                 self.watch_exit(c);
             }

@@ -107,7 +107,7 @@ impl Runtime {
         validate(&config, &runtime_handler, self)?;
         let name = SandboxRecord::name_of(&config);
         let id = {
-            let mut table = self.sandboxes_mut();
+            let mut table = self.sandboxes.write();
             let id = table.ids.generate_unique(&Default::default());
             table.names.reserve(&name, &id, "pod sandbox")?;
             id
@@ -140,13 +140,15 @@ impl Runtime {
             dir,
             rootfs_mounted: false,
         };
-        let sandbox = Sandbox::new(record);
+        let sandbox = self.sandboxes.entry(record);
         match self.create_sandbox(&sandbox, net).await {
             Ok(()) => {
-                self.sandboxes_mut().insert(sandbox.clone());
+                self.sandboxes.write().insert(sandbox.clone());
                 self.watch_pause(sandbox);
-                self.emit(&id, &id, ContainerEventType::ContainerCreatedEvent);
-                self.emit(&id, &id, ContainerEventType::ContainerStartedEvent);
+                self.events
+                    .emit(&id, &id, ContainerEventType::ContainerCreatedEvent);
+                self.events
+                    .emit(&id, &id, ContainerEventType::ContainerStartedEvent);
                 Ok(id)
             }
             Err(err) => {
@@ -154,7 +156,7 @@ impl Runtime {
                 if let Err(cleanup) = self.destroy_sandbox(&sandbox).await {
                     tracing::error!(error = %cleanup, "cleaning up a failed sandbox");
                 }
-                self.sandboxes_mut().names.release(&name, &id);
+                self.sandboxes.write().names.release(&name, &id);
                 Err(err)
             }
         }
@@ -165,26 +167,25 @@ impl Runtime {
         sandbox: &Arc<Sandbox>,
         net: NamespaceMode,
     ) -> Result<()> {
-        let root = self.root().to_path_buf();
         let id = sandbox.id.clone();
         let rec = sandbox.get();
         std::fs::create_dir_all(&rec.dir).map_err(|e| Error::path("create", &rec.dir, e))?;
         // Persisted first, so that a crash half-way leaves a record to clean up from.
-        sandbox.update(&root, |_| {})?;
+        sandbox.update(|_| {})?;
 
         let started = std::time::Instant::now();
         // The pause container needs only the namespace to exist, not the network in it: CNI
         // runs while the shim and the pause container start.
         if net != NamespaceMode::Node {
             let path = self.host.pin_netns(&self.netns_dir(), &id)?;
-            sandbox.update(&root, |r| r.netns = Some(path))?;
+            sandbox.update(|r| r.netns = Some(path))?;
         }
         let rec = sandbox.get();
         let network = async {
             if let Some(path) = &rec.netns {
                 let attachment = self.pod_network.setup(&id, path, &rec.config).await?;
                 let ips = crate::network::cni::result_ips(&attachment.result);
-                sandbox.update(&root, |r| {
+                sandbox.update(|r| {
                     r.cni = Some(attachment);
                     r.ips = ips;
                 })?;
@@ -208,7 +209,7 @@ impl Runtime {
             rec.config.dns_config.as_ref(),
             net == NamespaceMode::Node,
         )?;
-        sandbox.update(&root, |r| {
+        sandbox.update(|r| {
             r.pause_pid = pid;
             r.state = SandboxState::Ready;
         })?;
@@ -224,7 +225,6 @@ impl Runtime {
 
     /// The pod's /dev/shm, the pause rootfs and the pause container itself; returns its pid.
     async fn start_pause(&self, sandbox: &Arc<Sandbox>, shim: &dyn Shim) -> Result<u32> {
-        let root = self.root().to_path_buf();
         let id = &sandbox.id;
         let rec = sandbox.get();
         if let Some(shm) = &rec.shm {
@@ -232,7 +232,7 @@ impl Runtime {
         }
         let pause = self.pause_image(id, &rec.dir.join("rootfs")).await?;
         if pause.mounted {
-            sandbox.update(&root, |r| r.rootfs_mounted = true)?;
+            sandbox.update(|r| r.rootfs_mounted = true)?;
         }
         let bundle = rec.dir.join("bundle");
         std::fs::create_dir_all(&bundle).map_err(|e| Error::path("create", &bundle, e))?;
@@ -269,15 +269,13 @@ impl Runtime {
                 return;
             };
             if shim.wait(&sandbox.id, "").await.is_ok() {
-                let root = rt.root().to_path_buf();
                 match sandbox.update_if(
-                    &root,
                     |r| r.state == SandboxState::Ready,
                     |r| r.state = SandboxState::NotReady,
                 ) {
                     Ok(true) => {
                         tracing::info!(sandbox = %sandbox.id, "pause exited; pod sandbox not ready");
-                        rt.emit(
+                        rt.events.emit(
                             &sandbox.id,
                             &sandbox.id,
                             ContainerEventType::ContainerStoppedEvent,

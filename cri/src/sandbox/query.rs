@@ -2,68 +2,10 @@
 
 use crate::error::Result;
 use crate::runtime::Runtime;
-use crate::store::sandbox::{SandboxRecord, SandboxState};
-use peapod_proto::v1::{
-    LinuxPodSandboxStatus, Namespace, NamespaceOption, PodIp, PodSandbox, PodSandboxFilter,
-    PodSandboxNetworkStatus, PodSandboxState, PodSandboxStatus,
-};
+use crate::store::sandbox::SandboxRecord;
+use crate::store::to_cri::{labels_match, sandbox_state};
+use peapod_proto::v1::PodSandboxFilter;
 use std::collections::HashMap;
-
-fn cri_state(state: SandboxState) -> PodSandboxState {
-    match state {
-        SandboxState::Ready => PodSandboxState::SandboxReady,
-        SandboxState::Creating | SandboxState::NotReady => PodSandboxState::SandboxNotready,
-    }
-}
-
-/// Whether `labels` has every pair of `selector`.
-pub fn labels_match(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
-pub fn to_status(rec: &SandboxRecord) -> PodSandboxStatus {
-    let options: NamespaceOption = rec
-        .config
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref())
-        .and_then(|s| s.namespace_options.clone())
-        .unwrap_or_default();
-    let network = (!rec.ips.is_empty()).then(|| PodSandboxNetworkStatus {
-        ip: rec.ips[0].clone(),
-        additional_ips: rec.ips[1..]
-            .iter()
-            .map(|ip| PodIp { ip: ip.clone() })
-            .collect(),
-    });
-    PodSandboxStatus {
-        id: rec.id.clone(),
-        metadata: rec.config.metadata.clone(),
-        state: cri_state(rec.state) as i32,
-        created_at: rec.created_at_ns,
-        network,
-        linux: Some(LinuxPodSandboxStatus {
-            namespaces: Some(Namespace {
-                options: Some(options),
-            }),
-        }),
-        labels: rec.config.labels.clone(),
-        annotations: rec.config.annotations.clone(),
-        runtime_handler: rec.runtime_handler.clone(),
-    }
-}
-
-pub fn to_list_item(rec: &SandboxRecord) -> PodSandbox {
-    PodSandbox {
-        id: rec.id.clone(),
-        metadata: rec.config.metadata.clone(),
-        state: cri_state(rec.state) as i32,
-        created_at: rec.created_at_ns,
-        labels: rec.config.labels.clone(),
-        annotations: rec.config.annotations.clone(),
-        runtime_handler: rec.runtime_handler.clone(),
-    }
-}
 
 /// The verbose `info` of PodSandboxStatus: what a human debugging the pod wants.
 pub fn verbose_info(rec: &SandboxRecord) -> HashMap<String, String> {
@@ -86,11 +28,11 @@ pub fn verbose_info(rec: &SandboxRecord) -> HashMap<String, String> {
 
 impl Runtime {
     pub fn pod_sandbox_status(&self, id: &str) -> Result<SandboxRecord> {
-        Ok(self.sandboxes().resolve(id)?.get())
+        Ok(self.sandboxes.read().resolve(id)?.get())
     }
 
     pub fn list_pod_sandboxes(&self, filter: Option<&PodSandboxFilter>) -> Vec<SandboxRecord> {
-        let table = self.sandboxes();
+        let table = self.sandboxes.read();
         let candidates = match filter.map(|f| f.id.as_str()).filter(|id| !id.is_empty()) {
             Some(id) => match table.resolve(id) {
                 Ok(sb) => vec![sb],
@@ -104,7 +46,7 @@ impl Runtime {
             .filter(|rec| {
                 let Some(f) = filter else { return true };
                 if let Some(state) = &f.state {
-                    if cri_state(rec.state) as i32 != state.state {
+                    if sandbox_state(rec.state) as i32 != state.state {
                         return false;
                     }
                 }

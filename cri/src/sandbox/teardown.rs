@@ -38,7 +38,7 @@ impl Runtime {
 
     /// StopPodSandbox: succeeds for an unknown id.
     pub async fn stop_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
-        let Some(sandbox) = self.sandboxes().resolve(id).optional()? else {
+        let Some(sandbox) = self.sandboxes.read().resolve(id).optional()? else {
             return Ok(());
         };
         let _op = sandbox.op.lock().await;
@@ -57,14 +57,12 @@ impl Runtime {
         if let Some(shm) = sandbox.get().shm {
             self.host.unmount(&shm)?;
         }
-        let root = self.root().to_path_buf();
         let changed = sandbox.update_if(
-            &root,
             |r| r.state != SandboxState::NotReady,
             |r| r.state = SandboxState::NotReady,
         )?;
         if changed {
-            self.emit(
+            self.events.emit(
                 &sandbox.id,
                 &sandbox.id,
                 ContainerEventType::ContainerStoppedEvent,
@@ -102,14 +100,13 @@ impl Runtime {
 
     /// CNI DEL and unpinning of the netns. With `force`, the netns goes even if DEL failed.
     async fn teardown_network(&self, sandbox: &Sandbox, force: bool) -> Result<()> {
-        let root = self.root().to_path_buf();
         let rec = sandbox.get();
         let mut result = Ok(());
         if let (Some(cni), Some(ns)) = (rec.cni.as_ref(), rec.netns.as_ref()) {
             if !cni.deleted {
                 match self.pod_network.teardown(&sandbox.id, ns, cni).await {
                     Ok(()) => {
-                        sandbox.update(&root, |r| {
+                        sandbox.update(|r| {
                             if let Some(c) = r.cni.as_mut() {
                                 c.deleted = true;
                             }
@@ -122,7 +119,7 @@ impl Runtime {
         if result.is_ok() || force {
             if let Some(ns) = &rec.netns {
                 self.host.unpin_netns(ns)?;
-                sandbox.update(&root, |r| r.netns = None)?;
+                sandbox.update(|r| r.netns = None)?;
             }
         }
         result
@@ -130,13 +127,13 @@ impl Runtime {
 
     /// RemovePodSandbox: succeeds for an unknown id.
     pub async fn remove_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
-        let Some(sandbox) = self.sandboxes().resolve(id).optional()? else {
+        let Some(sandbox) = self.sandboxes.read().resolve(id).optional()? else {
             return Ok(());
         };
         let _op = sandbox.op.lock().await;
         self.destroy_sandbox(&sandbox).await?;
-        self.sandboxes_mut().remove(&sandbox.id);
-        self.emit(
+        self.sandboxes.write().remove(&sandbox.id);
+        self.events.emit(
             &sandbox.id,
             &sandbox.id,
             ContainerEventType::ContainerDeletedEvent,

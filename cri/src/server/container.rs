@@ -56,7 +56,7 @@ pub fn list(rt: &Runtime, req: cri::ListContainersRequest) -> Result<cri::ListCo
     let containers = rt
         .list_containers(req.filter.as_ref())
         .iter()
-        .map(query::to_list_item)
+        .map(crate::store::to_cri::container_list_item)
         .collect();
     Ok(cri::ListContainersResponse { containers })
 }
@@ -73,7 +73,7 @@ pub async fn status(
         Default::default()
     };
     Ok(cri::ContainerStatusResponse {
-        status: Some(query::to_status(&rec)),
+        status: Some(crate::store::to_cri::container_status(&rec)),
         info,
     })
 }

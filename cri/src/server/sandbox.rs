@@ -51,7 +51,7 @@ pub async fn status(
     };
     let containers_statuses = rt.container_statuses_of(&rec.id).await;
     Ok(cri::PodSandboxStatusResponse {
-        status: Some(query::to_status(&rec)),
+        status: Some(crate::store::to_cri::sandbox_status(&rec)),
         info,
         containers_statuses,
         timestamp: peapod_shim::timefmt::now_ns(),
@@ -62,7 +62,7 @@ pub fn list(rt: &Runtime, req: cri::ListPodSandboxRequest) -> Result<cri::ListPo
     let items = rt
         .list_pod_sandboxes(req.filter.as_ref())
         .iter()
-        .map(query::to_list_item)
+        .map(crate::store::to_cri::sandbox_list_item)
         .collect();
     Ok(cri::ListPodSandboxResponse { items })
 }

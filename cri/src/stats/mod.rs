@@ -8,9 +8,9 @@
 pub mod cgroup;
 
 use crate::runtime::Runtime;
-use crate::sandbox::query::labels_match;
 use crate::store::container::{ContainerRecord, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxState};
+use crate::store::to_cri::labels_match;
 use peapod_proto::v1 as cri;
 use peapod_shim::timefmt;
 use std::collections::HashMap;
@@ -160,7 +160,7 @@ impl Runtime {
     }
 
     pub async fn container_stats(&self, id: &str) -> crate::Result<cri::ContainerStats> {
-        let rec = self.containers().resolve(id)?.get();
+        let rec = self.containers.read().resolve(id)?.get();
         Ok(self.container_stats_of(&rec).await.0)
     }
 
@@ -194,7 +194,7 @@ impl Runtime {
             Sample::default()
         };
         let mut containers = Vec::new();
-        for c in self.containers_of(&sb.id) {
+        for c in self.containers.of_sandbox(&sb.id) {
             let rec = c.get();
             if rec.state == ContainerState::Running {
                 let (stats, s) = self.container_stats_of(&rec).await;
@@ -244,7 +244,7 @@ impl Runtime {
     }
 
     pub async fn pod_sandbox_stats(&self, id: &str) -> crate::Result<cri::PodSandboxStats> {
-        let sb = self.sandboxes().resolve(id)?.get();
+        let sb = self.sandboxes.read().resolve(id)?.get();
         Ok(self.pod_stats_of(&sb).await)
     }
 

@@ -8,6 +8,7 @@ pub mod container;
 pub mod names;
 pub mod sandbox;
 pub mod table;
+pub mod to_cri;
 
 use crate::error::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
