@@ -18,6 +18,7 @@ pub mod images;
 pub mod network;
 pub mod oci;
 pub mod oom;
+pub mod paths;
 pub mod pause;
 pub mod runtime;
 pub mod sandbox;

@@ -1,11 +1,13 @@
 //! The daemon's core: configuration, tables of live objects, and the services they use.
 
 use crate::config::Config;
+use crate::container::{ContainerDeps, ContainerService};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::host_ops::{HostOps, RealHostOps};
 use crate::images::Images;
 use crate::network::{Network, PodNetwork};
+use crate::paths::Paths;
 use crate::shim::{ShimManager, Shims};
 use crate::store::container::ContainerRecords;
 use crate::store::sandbox::SandboxRecords;
@@ -37,7 +39,8 @@ pub struct Runtime {
     /// The built-in pause root filesystem.
     pub pause_rootfs: PathBuf,
     pub sandboxes: Arc<SandboxRecords>,
-    pub containers: Arc<ContainerRecords>,
+    pub containers: Arc<ContainerService>,
+    pub paths: Paths,
     /// Lifecycle events for GetContainerEvents.
     pub events: Arc<Events>,
     /// Previous CPU samples, for usage rates in stats.
@@ -96,7 +99,8 @@ impl Runtime {
             images: images.clone(),
         };
         let rt = Runtime::assemble(config, images, network, effects)?;
-        rt.resume_watches();
+        rt.resume_sandbox_watches();
+        rt.containers.resume();
         rt.start_streaming().await?;
         Ok(rt)
     }
@@ -116,6 +120,19 @@ impl Runtime {
         let sandboxes = Arc::new(SandboxRecords::load(&config.root, "sandboxes")?);
         let containers = Arc::new(ContainerRecords::load(&config.root, "containers")?);
         let events = Arc::new(Events::new(sandboxes.clone(), containers.clone()));
+        let paths = Paths {
+            root: config.root.clone(),
+            state: config.state.clone(),
+        };
+        let containers = Arc::new(ContainerService::new(ContainerDeps {
+            containers,
+            sandboxes: sandboxes.clone(),
+            shims: effects.shims.clone(),
+            images: effects.images.clone(),
+            events: events.clone(),
+            paths: paths.clone(),
+            cgroup_driver: config.cgroup.driver,
+        }));
         Ok(Arc::new(Runtime {
             config,
             images,
@@ -127,6 +144,7 @@ impl Runtime {
             pause_rootfs,
             sandboxes,
             containers,
+            paths,
             streaming: std::sync::OnceLock::new(),
             sampler: crate::stats::Sampler::default(),
             events,
@@ -172,29 +190,5 @@ impl Runtime {
         self.streaming
             .get()
             .ok_or_else(|| Error::unavailable("the streaming server is not running"))
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.config.root
-    }
-
-    pub fn sandbox_root_dir(&self, id: &str) -> PathBuf {
-        self.config.root.join("sandboxes").join(id)
-    }
-
-    pub fn sandbox_state_dir(&self, id: &str) -> PathBuf {
-        self.config.state.join("sandboxes").join(id)
-    }
-
-    pub fn netns_dir(&self) -> PathBuf {
-        self.config.state.join("netns")
-    }
-
-    pub fn container_root_dir(&self, id: &str) -> PathBuf {
-        self.config.root.join("containers").join(id)
-    }
-
-    pub fn container_state_dir(&self, id: &str) -> PathBuf {
-        self.config.state.join("containers").join(id)
     }
 }

@@ -2,9 +2,9 @@
 
 use super::name_of;
 use super::rootfs_files::read_in_root;
+use super::{host_facts, ContainerService};
 use crate::cgroups;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use crate::store::container::{Container, ContainerRecord, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxState};
 use peapod_proto::v1::{ContainerConfig, ContainerEventType, NamespaceMode, PodSandboxConfig};
@@ -75,9 +75,9 @@ fn remove_dir(path: &Path) {
     }
 }
 
-impl Runtime {
+impl ContainerService {
     /// CreateContainer. On failure nothing of the container is left and its name is free.
-    pub async fn create_container(self: &Arc<Self>, req: CreateContainer) -> Result<String> {
+    pub async fn create(self: &Arc<Self>, req: CreateContainer) -> Result<String> {
         validate(&req.config)?;
         let sandbox = self.sandboxes.read().resolve(&req.sandbox_id)?;
         let srec = sandbox.get();
@@ -127,12 +127,12 @@ impl Runtime {
             }
         }
         if let Some(rootfs) = &made.rootfs {
-            if let Err(e) = self.image_ops.remove_rootfs(id, rootfs).await {
+            if let Err(e) = self.images.remove_rootfs(id, rootfs).await {
                 tracing::warn!(error = %e, "removing a half-created rootfs");
             }
         }
-        remove_dir(&self.container_state_dir(id));
-        remove_dir(&self.container_root_dir(id));
+        remove_dir(&self.paths.container_state_dir(id));
+        remove_dir(&self.paths.container_root_dir(id));
     }
 
     async fn make_container(
@@ -148,20 +148,20 @@ impl Runtime {
             .as_ref()
             .map(|i| i.image.clone())
             .unwrap_or_default();
-        let image = self.image_ops.resolve(&image_ref).ok_or_else(|| {
+        let image = self.images.resolve(&image_ref).ok_or_else(|| {
             Error::not_found(format!("image {image_ref:?} not found; pull it first"))
         })?;
         let img_cfg = image_config(&image.config);
         let stop_signal = peapod_spec::stop_signal(&img_cfg).map_err(Error::from)?;
         let user_req = peapod_spec::user_to_resolve(&config, &img_cfg).map_err(Error::from)?;
 
-        let bundle = self.container_state_dir(id);
-        let root_dir = self.container_root_dir(id);
+        let bundle = self.paths.container_state_dir(id);
+        let root_dir = self.paths.container_root_dir(id);
         for dir in [&bundle, &root_dir] {
             std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
         }
         let rootfs = bundle.join("rootfs");
-        self.image_ops
+        self.images
             .create_rootfs(&image.id, id, &rootfs, false)
             .await?;
         made.rootfs = Some(rootfs.clone());
@@ -185,9 +185,8 @@ impl Runtime {
         };
 
         let target_pid = self.target_pid(&config, srec)?;
-        let cgroups_path =
-            cgroups::cgroups_path(self.config.cgroup.driver, &srec.cgroup_parent, id);
-        let host = self.host_facts();
+        let cgroups_path = cgroups::cgroups_path(self.cgroup_driver, &srec.cgroup_parent, id);
+        let host = host_facts();
         let spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
             id,
             config: &config,
@@ -298,15 +297,5 @@ impl Runtime {
             )));
         }
         Ok(Some(target.pid))
-    }
-
-    /// What the spec generation needs to know about this host (detected once).
-    pub fn host_facts(&self) -> peapod_spec::HostFacts {
-        static FACTS: std::sync::OnceLock<peapod_spec::HostFacts> = std::sync::OnceLock::new();
-        let mut facts = FACTS
-            .get_or_init(|| peapod_spec::HostFacts::detect(false))
-            .clone();
-        facts.oom_score_adj_floor = crate::oom::floor();
-        facts
     }
 }

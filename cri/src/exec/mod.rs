@@ -188,7 +188,7 @@ pub(crate) fn new_exec_id() -> String {
 impl Runtime {
     /// The running container an exec targets.
     pub(crate) fn running_container(&self, id: &str) -> Result<ContainerRecord> {
-        let rec = self.containers.read().resolve(id)?.get();
+        let rec = self.containers.records().read().resolve(id)?.get();
         if rec.state != ContainerState::Running {
             return Err(Error::failed_precondition(format!(
                 "container {} is {:?}, not running",

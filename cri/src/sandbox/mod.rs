@@ -121,7 +121,7 @@ impl Runtime {
             .map(|l| l.cgroup_parent.clone())
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| self.config.cgroup.default_parent.clone());
-        let dir = self.sandbox_state_dir(&id);
+        let dir = self.paths.sandbox_state_dir(&id);
         let record = SandboxRecord {
             id: id.clone(),
             name: name.clone(),
@@ -177,7 +177,7 @@ impl Runtime {
         // The pause container needs only the namespace to exist, not the network in it: CNI
         // runs while the shim and the pause container start.
         if net != NamespaceMode::Node {
-            let path = self.host.pin_netns(&self.netns_dir(), &id)?;
+            let path = self.host.pin_netns(&self.paths.netns_dir(), &id)?;
             sandbox.update(|r| r.netns = Some(path))?;
         }
         let rec = sandbox.get();
@@ -251,7 +251,7 @@ impl Runtime {
         spec.save(&config_json)
             .map_err(|e| Error::internal(format!("write {}: {e}", config_json.display())))?;
         let options = CreateOptions {
-            exit_file: pause_exit_file(&self.sandbox_root_dir(id))
+            exit_file: pause_exit_file(&self.paths.sandbox_root_dir(id))
                 .to_string_lossy()
                 .into_owned(),
             // Nothing happens between create and start of a pause: one runtime call.
@@ -259,6 +259,15 @@ impl Runtime {
             ..Default::default()
         };
         shim.create(id, &bundle, false, &options).await
+    }
+
+    /// After a restart: follow every pod that was ready when the daemon went away.
+    pub fn resume_sandbox_watches(self: &Arc<Self>) {
+        for sb in self.sandboxes.all() {
+            if sb.get().state == SandboxState::Ready {
+                self.watch_pause(sb);
+            }
+        }
     }
 
     /// Marks the sandbox not ready when its pause container exits.

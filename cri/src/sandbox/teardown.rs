@@ -48,7 +48,7 @@ impl Runtime {
     async fn stop_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
         let span = tracing::info_span!("stop", sandbox = %sandbox.id);
         let _e = span.enter();
-        self.stop_containers_of(&sandbox.id).await?;
+        self.containers.stop_all_of(&sandbox.id).await?;
         self.stop_pause(sandbox).await?;
         if let Err(e) = self.teardown_network(sandbox, false).await {
             // Kept in the record: RemovePodSandbox tries again.
@@ -145,7 +145,7 @@ impl Runtime {
     pub(crate) async fn destroy_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
         let span = tracing::info_span!("remove", sandbox = %sandbox.id);
         let _e = span.enter();
-        self.remove_containers_of(&sandbox.id).await?;
+        self.containers.remove_all_of(&sandbox.id).await?;
         self.stop_pause(sandbox).await?;
         if let Err(e) = self.teardown_network(sandbox, true).await {
             tracing::warn!(error = %e, "CNI DEL failed on remove; the network namespace is removed anyway");
@@ -165,7 +165,7 @@ impl Runtime {
                 .await?;
         }
         remove_dir(&rec.dir)?;
-        remove_dir(&self.sandbox_root_dir(&sandbox.id))?;
+        remove_dir(&self.paths.sandbox_root_dir(&sandbox.id))?;
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! CreateContainer, StartContainer, StopContainer, RemoveContainer, ListContainers,
 //! ContainerStatus, UpdateContainerResources, ReopenContainerLog.
 
-use crate::container::{query, CreateContainer};
+use crate::container::CreateContainer;
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
@@ -16,7 +16,8 @@ pub async fn create(
         .config
         .ok_or_else(|| Error::invalid("config is required"))?;
     let id = rt
-        .create_container(CreateContainer {
+        .containers
+        .create(CreateContainer {
             sandbox_id: req.pod_sandbox_id,
             config,
             sandbox_config: req.sandbox_config,
@@ -30,7 +31,7 @@ pub async fn start(
     req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.start_container(&req.container_id).await?;
+    rt.containers.start(&req.container_id).await?;
     Ok(cri::StartContainerResponse {})
 }
 
@@ -39,7 +40,7 @@ pub async fn stop(
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.stop_container(&req.container_id, req.timeout).await?;
+    rt.containers.stop(&req.container_id, req.timeout).await?;
     Ok(cri::StopContainerResponse {})
 }
 
@@ -48,13 +49,14 @@ pub async fn remove(
     req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.remove_container(&req.container_id).await?;
+    rt.containers.remove(&req.container_id).await?;
     Ok(cri::RemoveContainerResponse {})
 }
 
 pub fn list(rt: &Runtime, req: cri::ListContainersRequest) -> Result<cri::ListContainersResponse> {
     let containers = rt
-        .list_containers(req.filter.as_ref())
+        .containers
+        .list(req.filter.as_ref())
         .iter()
         .map(crate::store::to_cri::container_list_item)
         .collect();
@@ -66,9 +68,9 @@ pub async fn status(
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse> {
     super::required("container_id", &req.container_id)?;
-    let rec = rt.container_record(&req.container_id)?;
+    let rec = rt.containers.status(&req.container_id)?;
     let info = if req.verbose {
-        query::verbose_info(&rec)
+        crate::container::verbose_info(&rec)
     } else {
         Default::default()
     };
@@ -86,7 +88,8 @@ pub async fn update_resources(
     let linux = req
         .linux
         .ok_or_else(|| Error::invalid("linux resources are required"))?;
-    rt.update_container_resources(&req.container_id, linux)
+    rt.containers
+        .update_resources(&req.container_id, linux)
         .await?;
     Ok(cri::UpdateContainerResourcesResponse {})
 }
@@ -96,6 +99,6 @@ pub async fn reopen_log(
     req: cri::ReopenContainerLogRequest,
 ) -> Result<cri::ReopenContainerLogResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.reopen_container_log(&req.container_id).await?;
+    rt.containers.reopen_log(&req.container_id).await?;
     Ok(cri::ReopenContainerLogResponse {})
 }

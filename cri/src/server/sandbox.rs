@@ -49,7 +49,7 @@ pub async fn status(
     } else {
         Default::default()
     };
-    let containers_statuses = rt.container_statuses_of(&rec.id).await;
+    let containers_statuses = rt.containers.statuses_of(&rec.id).await;
     Ok(cri::PodSandboxStatusResponse {
         status: Some(crate::store::to_cri::sandbox_status(&rec)),
         info,

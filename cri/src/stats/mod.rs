@@ -160,7 +160,7 @@ impl Runtime {
     }
 
     pub async fn container_stats(&self, id: &str) -> crate::Result<cri::ContainerStats> {
-        let rec = self.containers.read().resolve(id)?.get();
+        let rec = self.containers.records().read().resolve(id)?.get();
         Ok(self.container_stats_of(&rec).await.0)
     }
 
@@ -178,7 +178,7 @@ impl Runtime {
             }),
         };
         let mut out = Vec::new();
-        for rec in self.list_containers(Some(&list_filter)) {
+        for rec in self.containers.list(Some(&list_filter)) {
             out.push(self.container_stats_of(&rec).await.0);
         }
         out
@@ -194,7 +194,7 @@ impl Runtime {
             Sample::default()
         };
         let mut containers = Vec::new();
-        for c in self.containers.of_sandbox(&sb.id) {
+        for c in self.containers.records().of_sandbox(&sb.id) {
             let rec = c.get();
             if rec.state == ContainerState::Running {
                 let (stats, s) = self.container_stats_of(&rec).await;

@@ -2,14 +2,14 @@
 //! the shim wrote says whether the memory cgroup killed it.
 
 use super::exit_reason;
-use crate::runtime::Runtime;
+use super::ContainerService;
 use crate::store::container::{Container, ContainerState};
 use peapod_shim::protocol::ExitRecord;
 use std::sync::Arc;
 
-impl Runtime {
+impl ContainerService {
     /// Records an exit (once: later calls for the same exit change nothing).
-    pub(crate) fn record_exit(&self, c: &Container, code: i32, at_ns: i64) {
+    pub(super) fn record_exit(&self, c: &Container, code: i32, at_ns: i64) {
         let rec = c.get();
         if rec.state != ContainerState::Running {
             return;
@@ -41,7 +41,7 @@ impl Runtime {
     }
 
     /// Waits (in the background) for a running container to exit and records it.
-    pub(crate) fn watch_exit(self: &Arc<Self>, c: Arc<Container>) {
+    pub(super) fn watch_exit(self: &Arc<Self>, c: Arc<Container>) {
         let rt = self.clone();
         tokio::spawn(async move {
             let rec = c.get();
@@ -57,7 +57,7 @@ impl Runtime {
     }
 
     /// The shim cannot tell: use the exit record if there is one, else the state is unknown.
-    fn settle_without_shim(&self, c: &Container, why: &str) {
+    pub(super) fn settle_without_shim(&self, c: &Container, why: &str) {
         let rec = c.get();
         if rec.state != ContainerState::Running {
             return;
@@ -77,14 +77,9 @@ impl Runtime {
         }
     }
 
-    /// After a restart: follow every pod and container that was running when the daemon went
+    /// After a restart: follow every container that was running when the daemon went
     /// away.
-    pub fn resume_watches(self: &Arc<Self>) {
-        for sb in self.sandboxes.read().all() {
-            if sb.get().state == crate::store::sandbox::SandboxState::Ready {
-                self.watch_pause(sb);
-            }
-        }
+    pub fn resume(self: &Arc<Self>) {
         for c in self.containers.read().all() {
             if c.get().state == ContainerState::Running {
                 self.watch_exit(c);
