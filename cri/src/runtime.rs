@@ -8,10 +8,11 @@ use crate::host_ops::{HostOps, RealHostOps};
 use crate::images::Images;
 use crate::network::{Network, PodNetwork};
 use crate::paths::Paths;
+use crate::sandbox::{SandboxDeps, SandboxService, SandboxSettings};
 use crate::shim::{ShimManager, Shims};
 use crate::store::container::ContainerRecords;
 use crate::store::sandbox::SandboxRecords;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// The side effects the pod and container lifecycle has, each behind a narrow trait: real
@@ -36,9 +37,7 @@ pub struct Runtime {
     pub pod_network: Arc<dyn PodNetwork>,
     pub host: Arc<dyn HostOps>,
     pub shims: Arc<dyn Shims>,
-    /// The built-in pause root filesystem.
-    pub pause_rootfs: PathBuf,
-    pub sandboxes: Arc<SandboxRecords>,
+    pub sandboxes: Arc<SandboxService>,
     pub containers: Arc<ContainerService>,
     pub paths: Paths,
     /// Lifecycle events for GetContainerEvents.
@@ -99,7 +98,7 @@ impl Runtime {
             images: images.clone(),
         };
         let rt = Runtime::assemble(config, images, network, effects)?;
-        rt.resume_sandbox_watches();
+        rt.sandboxes.resume();
         rt.containers.resume();
         rt.start_streaming().await?;
         Ok(rt)
@@ -133,6 +132,23 @@ impl Runtime {
             paths: paths.clone(),
             cgroup_driver: config.cgroup.driver,
         }));
+        let sandboxes = Arc::new(SandboxService::new(SandboxDeps {
+            sandboxes,
+            containers: containers.clone(),
+            shims: effects.shims.clone(),
+            network: effects.pod_network.clone(),
+            host: effects.host.clone(),
+            images: effects.images.clone(),
+            events: events.clone(),
+            paths: paths.clone(),
+            settings: SandboxSettings {
+                cgroup_driver: config.cgroup.driver,
+                default_cgroup_parent: config.cgroup.default_parent.clone(),
+                runtime_path: config.runtime.path.clone(),
+                sandbox_image: config.sandbox.image.clone(),
+                pause_rootfs,
+            },
+        }));
         Ok(Arc::new(Runtime {
             config,
             images,
@@ -141,7 +157,6 @@ impl Runtime {
             pod_network: effects.pod_network,
             host: effects.host,
             shims: effects.shims,
-            pause_rootfs,
             sandboxes,
             containers,
             paths,

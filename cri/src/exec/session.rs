@@ -215,7 +215,7 @@ impl Runtime {
         port: u16,
         mut stream: Box<dyn AsyncReadWrite>,
     ) -> Result<()> {
-        let rec = self.sandboxes.read().resolve(sandbox_id)?.get();
+        let rec = self.sandboxes.records().read().resolve(sandbox_id)?.get();
         if rec.state != SandboxState::Ready {
             return Err(Error::failed_precondition(format!(
                 "pod sandbox {} is not ready",

@@ -23,8 +23,6 @@ pub const DEFAULT_PATH_ENV: &str =
 pub struct PauseInputs<'a> {
     pub rootfs: &'a Path,
     pub args: &'a [String],
-    /// The image's numeric user, used when the sandbox config names none.
-    pub image_user: Option<(u32, u32)>,
     pub netns: Option<&'a Path>,
     pub shm: Option<&'a Path>,
     pub cgroups_path: &'a str,
@@ -199,7 +197,6 @@ mod tests {
         PauseInputs {
             rootfs: Path::new("/r"),
             args: &PAUSE_ARGS,
-            image_user: None,
             netns,
             shm: Some(Path::new("/s/shm")),
             cgroups_path: "/peapod/abc",

@@ -46,7 +46,7 @@ pub fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusRespon
                 "plugins": net.as_ref().map(|n| n.plugin_types()),
                 "podCIDR": rt.network.pod_cidr(),
             },
-            "runtimeHandler": rt.runtime_handler_name(),
+            "runtimeHandler": rt.sandboxes.runtime_handler_name(),
             "shim": crate::shim::ShimManager::find_binary(&rt.config.runtime.shim_path),
         });
         info.insert("config".to_string(), v.to_string());

@@ -2,7 +2,6 @@
 
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
-use crate::sandbox::query;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
@@ -16,7 +15,7 @@ pub async fn run(
     if let Some(m) = &config.metadata {
         tracing::Span::current().record("pod", format!("{}/{}", m.namespace, m.name));
     }
-    let id = rt.run_pod_sandbox(config, req.runtime_handler).await?;
+    let id = rt.sandboxes.run(config, req.runtime_handler).await?;
     Ok(cri::RunPodSandboxResponse { pod_sandbox_id: id })
 }
 
@@ -25,7 +24,7 @@ pub async fn stop(
     req: cri::StopPodSandboxRequest,
 ) -> Result<cri::StopPodSandboxResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    rt.stop_pod_sandbox(&req.pod_sandbox_id).await?;
+    rt.sandboxes.stop(&req.pod_sandbox_id).await?;
     Ok(cri::StopPodSandboxResponse {})
 }
 
@@ -34,7 +33,7 @@ pub async fn remove(
     req: cri::RemovePodSandboxRequest,
 ) -> Result<cri::RemovePodSandboxResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    rt.remove_pod_sandbox(&req.pod_sandbox_id).await?;
+    rt.sandboxes.remove(&req.pod_sandbox_id).await?;
     Ok(cri::RemovePodSandboxResponse {})
 }
 
@@ -43,9 +42,9 @@ pub async fn status(
     req: cri::PodSandboxStatusRequest,
 ) -> Result<cri::PodSandboxStatusResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    let rec = rt.pod_sandbox_status(&req.pod_sandbox_id)?;
+    let rec = rt.sandboxes.status(&req.pod_sandbox_id)?;
     let info = if req.verbose {
-        query::verbose_info(&rec)
+        crate::sandbox::verbose_info(&rec)
     } else {
         Default::default()
     };
@@ -60,7 +59,8 @@ pub async fn status(
 
 pub fn list(rt: &Runtime, req: cri::ListPodSandboxRequest) -> Result<cri::ListPodSandboxResponse> {
     let items = rt
-        .list_pod_sandboxes(req.filter.as_ref())
+        .sandboxes
+        .list(req.filter.as_ref())
         .iter()
         .map(crate::store::to_cri::sandbox_list_item)
         .collect();

@@ -78,7 +78,7 @@ pub async fn port_forward(
     req: cri::PortForwardRequest,
 ) -> Result<cri::PortForwardResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    let rec = rt.pod_sandbox_status(&req.pod_sandbox_id)?;
+    let rec = rt.sandboxes.status(&req.pod_sandbox_id)?;
     if rec.state != crate::store::sandbox::SandboxState::Ready {
         return Err(Error::failed_precondition(format!(
             "pod sandbox {} is not ready",

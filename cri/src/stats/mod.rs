@@ -244,7 +244,7 @@ impl Runtime {
     }
 
     pub async fn pod_sandbox_stats(&self, id: &str) -> crate::Result<cri::PodSandboxStats> {
-        let sb = self.sandboxes.read().resolve(id)?.get();
+        let sb = self.sandboxes.records().read().resolve(id)?.get();
         Ok(self.pod_stats_of(&sb).await)
     }
 
@@ -261,7 +261,7 @@ impl Runtime {
             label_selector: HashMap::new(),
         };
         let mut out = Vec::new();
-        for sb in self.list_pod_sandboxes(Some(&list_filter)) {
+        for sb in self.sandboxes.list(Some(&list_filter)) {
             if labels_match(&sb.config.labels, &f.label_selector) {
                 out.push(self.pod_stats_of(&sb).await);
             }

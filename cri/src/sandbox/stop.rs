@@ -1,43 +1,24 @@
-//! StopPodSandbox and RemovePodSandbox, and the teardown a failed RunPodSandbox runs.
+//! StopPodSandbox, and the steps it shares with RemovePodSandbox and with the cleanup of a
+//! failed RunPodSandbox.
 //!
 //! Every step is idempotent and tolerates the piece being absent, so the same code cleans up a
 //! sandbox that failed half-way, one that was stopped before, and one a crash left behind.
 
+use super::SandboxService;
 use crate::error::{Error, Optional, Result};
-use crate::runtime::Runtime;
 use crate::shim::Shim;
 use crate::store::sandbox::{Sandbox, SandboxState};
 use containerd_shim_protos::types::task::Status;
 use peapod_proto::v1::ContainerEventType;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a killed pause container may take to be reported dead.
 const PAUSE_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn remove_dir(path: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::path("remove", path, e)),
-    }
-}
-
-impl Runtime {
-    /// The sandbox's shim, if it is (still) there.
-    async fn live_shim(&self, sandbox: &Sandbox) -> Option<Arc<dyn Shim>> {
-        match self.shims.get(&sandbox.id).await {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::debug!(sandbox = %sandbox.id, error = %e, "no shim");
-                None
-            }
-        }
-    }
-
+impl SandboxService {
     /// StopPodSandbox: succeeds for an unknown id.
-    pub async fn stop_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
+    pub async fn stop(self: &Arc<Self>, id: &str) -> Result<()> {
         let Some(sandbox) = self.sandboxes.read().resolve(id).optional()? else {
             return Ok(());
         };
@@ -45,7 +26,7 @@ impl Runtime {
         self.stop_sandbox(&sandbox).await
     }
 
-    async fn stop_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
+    pub(super) async fn stop_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
         let span = tracing::info_span!("stop", sandbox = %sandbox.id);
         let _e = span.enter();
         self.containers.stop_all_of(&sandbox.id).await?;
@@ -71,8 +52,19 @@ impl Runtime {
         Ok(())
     }
 
+    /// The sandbox's shim, if it is (still) there.
+    pub(super) async fn live_shim(&self, sandbox: &Sandbox) -> Option<Arc<dyn Shim>> {
+        match self.shims.get(&sandbox.id).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::debug!(sandbox = %sandbox.id, error = %e, "no shim");
+                None
+            }
+        }
+    }
+
     /// Kills the pause container and waits for its exit.
-    async fn stop_pause(&self, sandbox: &Sandbox) -> Result<()> {
+    pub(super) async fn stop_pause(&self, sandbox: &Sandbox) -> Result<()> {
         let Some(shim) = self.live_shim(sandbox).await else {
             return Ok(());
         };
@@ -99,12 +91,12 @@ impl Runtime {
     }
 
     /// CNI DEL and unpinning of the netns. With `force`, the netns goes even if DEL failed.
-    async fn teardown_network(&self, sandbox: &Sandbox, force: bool) -> Result<()> {
+    pub(super) async fn teardown_network(&self, sandbox: &Sandbox, force: bool) -> Result<()> {
         let rec = sandbox.get();
         let mut result = Ok(());
         if let (Some(cni), Some(ns)) = (rec.cni.as_ref(), rec.netns.as_ref()) {
             if !cni.deleted {
-                match self.pod_network.teardown(&sandbox.id, ns, cni).await {
+                match self.network.teardown(&sandbox.id, ns, cni).await {
                     Ok(()) => {
                         sandbox.update(|r| {
                             if let Some(c) = r.cni.as_mut() {
@@ -123,49 +115,5 @@ impl Runtime {
             }
         }
         result
-    }
-
-    /// RemovePodSandbox: succeeds for an unknown id.
-    pub async fn remove_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
-        let Some(sandbox) = self.sandboxes.read().resolve(id).optional()? else {
-            return Ok(());
-        };
-        let _op = sandbox.op.lock().await;
-        self.destroy_sandbox(&sandbox).await?;
-        self.sandboxes.write().remove(&sandbox.id);
-        self.events.emit(
-            &sandbox.id,
-            &sandbox.id,
-            ContainerEventType::ContainerDeletedEvent,
-        );
-        Ok(())
-    }
-
-    /// Removes everything of a sandbox: containers, pause, network, shm, shim, files, record.
-    pub(crate) async fn destroy_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
-        let span = tracing::info_span!("remove", sandbox = %sandbox.id);
-        let _e = span.enter();
-        self.containers.remove_all_of(&sandbox.id).await?;
-        self.stop_pause(sandbox).await?;
-        if let Err(e) = self.teardown_network(sandbox, true).await {
-            tracing::warn!(error = %e, "CNI DEL failed on remove; the network namespace is removed anyway");
-        }
-        let rec = sandbox.get();
-        if let Some(shm) = &rec.shm {
-            self.host.unmount(shm)?;
-        }
-        if let Some(shim) = self.live_shim(sandbox).await {
-            shim.delete(&sandbox.id, "").await.optional()?;
-            shim.shutdown_and_wait().await?;
-        }
-        self.shims.forget(&sandbox.id);
-        if rec.rootfs_mounted {
-            self.image_ops
-                .remove_rootfs(&sandbox.id, &rec.dir.join("rootfs"))
-                .await?;
-        }
-        remove_dir(&rec.dir)?;
-        remove_dir(&self.paths.sandbox_root_dir(&sandbox.id))?;
-        Ok(())
     }
 }
