@@ -25,15 +25,16 @@
 
 use crate::digest::{self, hex_of, HashingReader};
 use crate::error::IoContext;
-use crate::fsutil::{self, random_hex, write_atomic};
+use crate::fsutil::{self, random_hex};
 use crate::oci::{self, AnyManifest, ConfigFile, Descriptor};
 use crate::progress::{self, LayerProgress, LayerStatus, PullProgress, Tracker};
 use crate::reference::{is_lower_hex, validate_digest, Reference};
 use crate::registry::{self, Credentials, RegistryConfig, Session};
 use crate::tarball::Limits;
 use crate::unpack::{self, LayerStats};
-use crate::{user, Error};
+use crate::Error;
 use futures_util::StreamExt;
+use peapod_host::fs::write_file_atomic;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
@@ -476,7 +477,7 @@ impl Store {
         };
         let path = self.root.join("state.json");
         tokio::task::spawn_blocking(move || {
-            write_atomic(&path, &data, true).ctx(|| format!("writing {}", path.display()))
+            write_file_atomic(&path, &data).ctx(|| format!("writing {}", path.display()))
         })
         .await
         .map_err(join_err)?
@@ -497,7 +498,7 @@ impl Store {
                 }
                 return Ok(());
             }
-            write_atomic(&path, &data, true).ctx(|| format!("writing blob {}", path.display()))
+            write_file_atomic(&path, &data).ctx(|| format!("writing blob {}", path.display()))
         })
         .await
         .map_err(join_err)?
@@ -927,7 +928,7 @@ impl Store {
                 return Ok(());
             }
             std::fs::rename(&tmp, &dest).ctx(|| format!("committing layer {}", dest.display()))?;
-            fsutil::sync_dir(&layers_dir).ctx(|| "syncing layers directory".into())
+            peapod_host::fs::sync_dir(&layers_dir).ctx(|| "syncing layers directory".into())
         })
         .await
         .map_err(join_err)??;
@@ -1279,60 +1280,6 @@ impl Store {
         .await
     }
 
-    // ----- users -----
-
-    /// Reads a file of the image (top-most layer that has it wins; whiteouts
-    /// and opaque directories hide lower layers). Bounded to `max` bytes.
-    pub(crate) async fn read_image_file(
-        &self,
-        layers: &[String],
-        path: &str,
-        max: u64,
-    ) -> Result<Option<Vec<u8>>, Error> {
-        let dirs: Vec<PathBuf> = layers
-            .iter()
-            .rev()
-            .map(|l| self.layer_dir(l).join("fs"))
-            .collect();
-        let path = path.to_string();
-        tokio::task::spawn_blocking(move || read_from_layers(&dirs, &path, max))
-            .await
-            .map_err(join_err)?
-    }
-
-    /// Resolves `user_spec` (`name`, `uid`, `name:group`, `uid:gid`, or empty
-    /// for root) against the image's /etc/passwd and /etc/group. Returns
-    /// (uid, gid, additional gids: the groups listing the user as a member).
-    /// A user or group name missing from those files is NotFound.
-    pub async fn lookup_user(
-        &self,
-        image_id: &str,
-        user_spec: &str,
-    ) -> Result<(u32, u32, Vec<u32>), Error> {
-        let layers = {
-            let inner = self.inner();
-            let id = Self::find_id(&inner, image_id)
-                .ok_or_else(|| Error::NotFound(format!("image {image_id}")))?;
-            inner
-                .images
-                .get(&id)
-                .map(|r| r.layers.clone())
-                .unwrap_or_default()
-        };
-        const MAX: u64 = 4 << 20;
-        let passwd = self
-            .read_image_file(&layers, "etc/passwd", MAX)
-            .await?
-            .unwrap_or_default();
-        let group = self
-            .read_image_file(&layers, "etc/group", MAX)
-            .await?
-            .unwrap_or_default();
-        let passwd = user::parse_passwd(&String::from_utf8_lossy(&passwd));
-        let group = user::parse_group(&String::from_utf8_lossy(&group));
-        user::resolve_user(user_spec, &passwd, &group)
-    }
-
     // ----- root filesystems -----
 
     /// Mounts the root filesystem of container `container_id` from image
@@ -1391,7 +1338,7 @@ impl Store {
             std::fs::create_dir_all(&cdir2).ctx(|| format!("creating {}", cdir2.display()))?;
             let meta = serde_json::to_vec(&record)
                 .map_err(|e| Error::json("serialising container record", e))?;
-            write_atomic(&cdir2.join("meta.json"), &meta, true)
+            write_file_atomic(&cdir2.join("meta.json"), &meta)
                 .ctx(|| format!("writing {}", cdir2.join("meta.json").display()))?;
             std::fs::create_dir_all(&target_p)
                 .ctx(|| format!("creating rootfs target {}", target_p.display()))?;
@@ -1463,11 +1410,8 @@ impl Store {
                 // The target was created by create_rootfs if missing; an empty one goes too.
                 let _ = std::fs::remove_dir(t);
             }
-            match std::fs::remove_dir_all(&cdir) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(Error::io(format!("removing {}", cdir.display()), e)),
-            }
+            peapod_host::fs::remove_dir_all_if_exists(&cdir)
+                .ctx(|| format!("removing {}", cdir.display()))
         })
         .await
         .map_err(join_err)??;
@@ -1702,83 +1646,6 @@ fn build_layer_tar(files: &[(String, Vec<u8>, u32)]) -> Result<Vec<u8>, Error> {
     b.into_inner().ctx(|| "finishing layer tar".into())
 }
 
-/// Looks `path` up through the layer dirs, top-most first, honouring overlay
-/// whiteouts (0/0 char devices) and opaque directories.
-fn read_from_layers(dirs: &[PathBuf], path: &str, max: u64) -> Result<Option<Vec<u8>>, Error> {
-    let comps = unpack::clean_components(path.as_bytes()).map_err(Error::InvalidArgument)?;
-    for dir in dirs {
-        let Ok(root) = crate::sys::open_dir_path(dir) else {
-            continue;
-        };
-        // Is the path (or a parent) whited out or behind an opaque dir here?
-        let mut hidden = false;
-        for i in 0..comps.len() {
-            let parent = comps[..i].join(&b'/');
-            let Ok(pfd) =
-                crate::sys::open_in_root(root.as_fd(), &parent, libc::O_RDONLY | libc::O_DIRECTORY)
-            else {
-                break;
-            };
-            if let Ok(Some(st)) = crate::sys::lstatat(pfd.as_fd(), &comps[i]) {
-                if st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == 0 {
-                    hidden = true;
-                    break;
-                }
-            }
-        }
-        if hidden {
-            return Ok(None);
-        }
-        // Look before opening for reading: an image's /etc/passwd could be a
-        // FIFO (open would block) or a device node (open could act on it).
-        match crate::sys::open_in_root(root.as_fd(), &comps.join(&b'/'), libc::O_PATH) {
-            Ok(pfd) => {
-                let st = crate::sys::fstat(pfd.as_fd()).ctx(|| format!("stat {path}"))?;
-                if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-                    return Ok(None);
-                }
-                let fd = crate::sys::open_in_root(
-                    root.as_fd(),
-                    &comps.join(&b'/'),
-                    libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
-                )
-                .ctx(|| format!("opening {path} in image"))?;
-                let mut data = Vec::new();
-                std::fs::File::from(fd)
-                    .take(max + 1)
-                    .read_to_end(&mut data)
-                    .ctx(|| format!("reading {path} from image"))?;
-                if data.len() as u64 > max {
-                    return Err(Error::InvalidImage(format!(
-                        "{path} in image is larger than {max} bytes"
-                    )));
-                }
-                return Ok(Some(data));
-            }
-            Err(_) => {
-                // Not here: if a parent directory is opaque in this layer, lower layers are hidden.
-                for i in 1..comps.len() {
-                    let p = comps[..i].join(&b'/');
-                    if let Ok(fd) = crate::sys::open_in_root(
-                        root.as_fd(),
-                        &p,
-                        libc::O_RDONLY | libc::O_DIRECTORY,
-                    ) {
-                        if let Ok(Some(v)) =
-                            crate::sys::fgetxattr(fd.as_fd(), unpack::OVERLAY_OPAQUE_XATTR)
-                        {
-                            if v == b"y" {
-                                return Ok(None);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    Ok(None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1818,7 +1685,6 @@ mod tests {
         send(s.add_local_image("x", &[], ImageConfig::default()));
         send(s.create_rootfs("x", "c", p, false));
         send(s.remove_rootfs("c", p));
-        send(s.lookup_user("x", "u"));
         send(s.config_json("x"));
         send(Store::open(p, RegistryConfig::default()));
         fn sync<T: Send + Sync>(_: &T) {}
@@ -1927,7 +1793,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn state_survives_reopen_and_lookup_user() {
+    async fn state_survives_reopen() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("root");
         let id = {
@@ -1955,22 +1821,6 @@ mod tests {
         assert!(img.pinned);
         assert_eq!(img.config.user, "u");
         assert_eq!(img.config.cmd, vec!["sh"]);
-        assert_eq!(s.lookup_user(&id, "u").await.unwrap(), (1000, 100, vec![7]));
-        assert_eq!(s.lookup_user(&id, "").await.unwrap(), (0, 0, vec![]));
-        assert!(matches!(
-            s.lookup_user(&id, "nobody").await,
-            Err(Error::NotFound(_))
-        ));
-        assert!(matches!(
-            s.lookup_user("missing", "u").await,
-            Err(Error::NotFound(_))
-        ));
-        // A hostile image whose /etc/group is a FIFO: no hang, just no groups.
-        let layer = s.layers(&id).unwrap().remove(0);
-        let group = s.layer_dir(&layer).join("fs/etc/group");
-        std::fs::remove_file(&group).unwrap();
-        nix::unistd::mkfifo(&group, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-        assert_eq!(s.lookup_user(&id, "u").await.unwrap(), (1000, 100, vec![]));
         let info = s.fs_info();
         assert!(info.image.used_bytes > 0 && info.image.inodes_used > 0);
         let cfg: serde_json::Value =

@@ -12,7 +12,7 @@
 
 mod console;
 mod logio;
-mod oom;
+mod oom_kill_counter;
 mod reaper;
 mod runc;
 mod service;

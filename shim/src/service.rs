@@ -1,7 +1,7 @@
 //! The shim's ttrpc services: containerd's Task API for every container of the pod, and
 //! peapod's small extension (log reopening).
 
-use crate::oom::OomCounter;
+use crate::oom_kill_counter::OomCounter;
 use crate::reaper::Reaper;
 use crate::runc::{Runc, RuncError};
 use crate::stdio::{self, IoHandle};

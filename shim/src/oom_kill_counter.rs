@@ -5,6 +5,7 @@
 //! when the container is created and again when its init exits, before the runtime deletes the
 //! cgroup; a higher count means the memory limit killed something in the container.
 
+use peapod_host::cgroup::{v1_dir, Hierarchy, Layout, ProcCgroups};
 use std::path::{Path, PathBuf};
 
 /// Where the OOM-kill counter of a process's memory cgroup lives.
@@ -12,26 +13,6 @@ use std::path::{Path, PathBuf};
 pub struct OomCounter {
     file: PathBuf,
     baseline: u64,
-}
-
-/// The memory cgroup path of a process, from the text of `/proc/PID/cgroup`:
-/// `(true, path)` for a v1 `memory` hierarchy, `(false, path)` for the v2 unified one.
-pub fn memory_cgroup(proc_cgroup: &str) -> Option<(bool, String)> {
-    let mut unified = None;
-    for line in proc_cgroup.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        if controllers.split(',').any(|c| c == "memory") {
-            return Some((true, path.to_string()));
-        }
-        if controllers.is_empty() {
-            unified = Some((false, path.to_string()));
-        }
-    }
-    unified
 }
 
 /// The `oom_kill` count in `memory.oom_control` or `memory.events` text.
@@ -46,17 +27,19 @@ pub fn parse_oom_kill(text: &str) -> Option<u64> {
 }
 
 impl OomCounter {
-    /// Finds the counter for `pid` under the cgroup mount `root` (normally /sys/fs/cgroup).
+    /// Finds the counter for `pid` under the cgroup mount `root` (normally /sys/fs/cgroup):
+    /// `memory.oom_control` of its v1 memory cgroup, else `memory.events` of its unified one.
     pub fn for_pid(pid: u32, root: &Path) -> Option<OomCounter> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-        let (v1, path) = memory_cgroup(&text)?;
-        let rel = path.trim_start_matches('/');
-        let file = if v1 {
-            root.join("memory").join(rel).join("memory.oom_control")
-        } else if root.join("cgroup.controllers").exists() {
-            root.join(rel).join("memory.events")
-        } else {
-            root.join("unified").join(rel).join("memory.events")
+        Self::for_cgroups(&ProcCgroups::of_pid(pid).ok()?, root)
+    }
+
+    /// The counter of the memory cgroup in `cgroups` (a process's `/proc/PID/cgroup`).
+    fn for_cgroups(cgroups: &ProcCgroups, root: &Path) -> Option<OomCounter> {
+        let file = match cgroups.controller("memory")? {
+            (Hierarchy::V1, path) => v1_dir(root, "memory", path)?.join("memory.oom_control"),
+            (Hierarchy::Unified, path) => Layout::detect(root)
+                .unified_dir(root, path)?
+                .join("memory.events"),
         };
         let baseline = parse_oom_kill(&std::fs::read_to_string(&file).ok()?)?;
         Some(OomCounter { file, baseline })
@@ -76,28 +59,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_the_memory_cgroup_on_v1_hybrid_and_v2() {
-        let hybrid =
-            "12:pids:/kubepods/pod1/abc\n4:memory:/kubepods/pod1/abc\n1:name=systemd:/x\n0::/\n";
-        assert_eq!(
-            memory_cgroup(hybrid),
-            Some((true, "/kubepods/pod1/abc".to_string()))
-        );
-        let v2 = "0::/kubepods.slice/cri-abc.scope\n";
-        assert_eq!(
-            memory_cgroup(v2),
-            Some((false, "/kubepods.slice/cri-abc.scope".to_string()))
-        );
-        assert_eq!(memory_cgroup("garbage"), None);
-    }
-
-    #[test]
     fn parses_oom_kill_from_v1_and_v2_files() {
         let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
         assert_eq!(parse_oom_kill(v1), Some(3));
         let v2 = "low 0\nhigh 0\nmax 7\noom 2\noom_kill 1\noom_group_kill 0\n";
         assert_eq!(parse_oom_kill(v2), Some(1));
         assert_eq!(parse_oom_kill("oom_kill_disable 0\n"), None);
+    }
+
+    #[test]
+    fn finds_the_counter_file_on_hybrid_and_v2_layouts() {
+        let hybrid = tempfile::tempdir().unwrap();
+        let v1_dir = hybrid.path().join("memory/kubepods/pod1/abc");
+        std::fs::create_dir_all(&v1_dir).unwrap();
+        std::fs::create_dir_all(hybrid.path().join("unified")).unwrap();
+        std::fs::write(hybrid.path().join("unified/cgroup.procs"), "").unwrap();
+        std::fs::write(
+            v1_dir.join("memory.oom_control"),
+            "oom_kill_disable 0\noom_kill 2\n",
+        )
+        .unwrap();
+        let cg = ProcCgroups::parse("4:memory:/kubepods/pod1/abc\n1:name=systemd:/x\n0::/\n");
+        assert_eq!(
+            OomCounter::for_cgroups(&cg, hybrid.path()),
+            Some(OomCounter {
+                file: v1_dir.join("memory.oom_control"),
+                baseline: 2
+            })
+        );
+
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(v2.path().join("cgroup.controllers"), "memory\n").unwrap();
+        let dir = v2.path().join("kubepods.slice/cri-abc.scope");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+        let cg = ProcCgroups::parse("0::/kubepods.slice/cri-abc.scope\n");
+        assert_eq!(
+            OomCounter::for_cgroups(&cg, v2.path()),
+            Some(OomCounter {
+                file: dir.join("memory.events"),
+                baseline: 0
+            })
+        );
+        // No memory cgroup file at all: no counter, not a wrong one.
+        assert_eq!(OomCounter::for_cgroups(&cg, hybrid.path()), None);
     }
 
     #[test]
