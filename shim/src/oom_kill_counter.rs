@@ -41,6 +41,12 @@ impl OomCounter {
                 .unified_dir(root, path)?
                 .join("memory.events"),
         };
+        OomCounter::from_file(file)
+    }
+
+    /// The counter in `file` (`memory.oom_control` or `memory.events`), its current count
+    /// as the baseline.
+    pub fn from_file(file: PathBuf) -> Option<OomCounter> {
         let baseline = parse_oom_kill(&std::fs::read_to_string(&file).ok()?)?;
         Some(OomCounter { file, baseline })
     }
