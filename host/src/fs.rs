@@ -5,6 +5,10 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// How the temporary files of [`write_atomic`] begin (a hidden name; swept at start-up by
+/// stores that own their directory).
+pub const TEMP_PREFIX: &str = ".tmp-";
+
 /// Whether [`write_atomic`] waits for the data to reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
@@ -52,16 +56,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8], durability: Durability) -> io::Re
 
 /// A temporary name beside `path` that no other writer in this or another process uses at the
 /// same time: process id plus a per-process counter (two threads writing the same record must
-/// not share a temporary file).
+/// not share a temporary file). It starts with [`TEMP_PREFIX`], so owners of a directory can
+/// sweep leftovers of a crash by that prefix.
 fn temp_path(dir: &Path, path: &Path) -> io::Result<PathBuf> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let mut tmp = OsString::from(".");
+    let mut tmp = OsString::from(TEMP_PREFIX);
     tmp.push(name);
     tmp.push(format!(
-        ".tmp{}-{}",
+        "-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
