@@ -419,7 +419,7 @@ impl Store {
         let mut images = Vec::new();
         for p in planned {
             let diff_ids: Vec<String> = p.layers.iter().map(|(s, _)| s.diff_id.clone()).collect();
-            let _lease = self.lease_layers(&diff_ids);
+            let _lease = self.lease(&diff_ids);
             for (src, entry) in p.layers {
                 let index = index.clone();
                 self.ensure_layer_from(src, move || index.open(&entry))
@@ -427,7 +427,7 @@ impl Store {
             }
             let mut blobs = Vec::new();
             for (d, b) in &p.docs {
-                self.store_blob(d, b).await?;
+                self.write_blob(d, b).await?;
                 blobs.push(d.clone());
             }
             let img = self

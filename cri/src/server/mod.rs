@@ -157,7 +157,8 @@ pub async fn serve(
         .with_context(|| format!("chmod {}", socket.display()))?;
     tracing::info!(socket = %socket.display(), "serving CRI");
     let cri = Cri::new(rt);
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
+    let incoming = peapod_uds::incoming(listener);
     tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::new(cri.clone()))
         .add_service(ImageServiceServer::new(cri))
