@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::network::netns;
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::mount::{mount, MsFlags};
 use std::path::{Path, PathBuf};
 
 /// Size of a pod's /dev/shm (containerd's and Docker's default).
@@ -46,9 +46,8 @@ impl HostOps for RealHostOps {
     }
 
     fn unmount(&self, path: &Path) -> Result<()> {
-        match umount2(path, MntFlags::MNT_DETACH) {
-            Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => Ok(()),
-            Err(e) => Err(Error::path("unmount", path, e.into())),
-        }
+        peapod_host::mount::detach(path)
+            .map(drop)
+            .map_err(|e| Error::path("unmount", path, e))
     }
 }

@@ -1,7 +1,6 @@
 //! CreateContainer.
 
 use super::name_of;
-use super::rootfs_files::read_in_root;
 use super::{host_facts, ContainerService};
 use crate::cgroups;
 use crate::error::{Error, Result};
@@ -68,10 +67,8 @@ fn image_config(c: &peapod_image::ImageConfig) -> peapod_spec::ImageConfig {
 }
 
 fn remove_dir(path: &Path) {
-    if let Err(e) = std::fs::remove_dir_all(path) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(path = %path.display(), error = %e, "removing a container directory");
-        }
+    if let Err(e) = peapod_host::fs::remove_dir_all_if_exists(path) {
+        tracing::warn!(path = %path.display(), error = %e, "removing a container directory");
     }
 }
 
@@ -166,9 +163,9 @@ impl ContainerService {
             .await?;
         made.rootfs = Some(rootfs.clone());
 
-        let passwd = read_in_root(&rootfs, "etc/passwd")
+        let passwd = peapod_host::rootfs::read_account_file(&rootfs, "etc/passwd")
             .map_err(|e| Error::io("read the image's /etc/passwd", e))?;
-        let group = read_in_root(&rootfs, "etc/group")
+        let group = peapod_host::rootfs::read_account_file(&rootfs, "etc/group")
             .map_err(|e| Error::io("read the image's /etc/group", e))?;
         let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())
             .map_err(Error::from)?;

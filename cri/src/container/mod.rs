@@ -13,7 +13,6 @@ mod lifecycle_tests;
 mod list;
 mod remove;
 mod reopen_log;
-mod rootfs_files;
 mod start;
 mod status;
 mod stop;

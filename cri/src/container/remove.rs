@@ -42,11 +42,8 @@ impl ContainerService {
             self.paths.container_state_dir(&rec.id),
             self.paths.container_root_dir(&rec.id),
         ] {
-            match std::fs::remove_dir_all(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::path("remove", &dir, e)),
-            }
+            peapod_host::fs::remove_dir_all_if_exists(&dir)
+                .map_err(|e| Error::path("remove", &dir, e))?;
         }
         Ok(())
     }

@@ -9,11 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn remove_dir(path: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::path("remove", path, e)),
-    }
+    peapod_host::fs::remove_dir_all_if_exists(path).map_err(|e| Error::path("remove", path, e))
 }
 
 impl SandboxService {

@@ -73,13 +73,11 @@ pub fn parse_net_dev(text: &str) -> Vec<cri::NetworkInterfaceUsage> {
         .collect()
 }
 
-fn cgroup_paths(pid: u32) -> Option<cgroup::CgroupPaths> {
+fn cgroup_paths(pid: u32) -> Option<peapod_host::cgroup::ProcCgroups> {
     if pid == 0 {
         return None;
     }
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .ok()
-        .map(|t| cgroup::parse_proc_cgroup(&t))
+    peapod_host::cgroup::ProcCgroups::of_pid(pid).ok()
 }
 
 /// One process's cgroup figures, read once.

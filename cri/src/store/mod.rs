@@ -21,7 +21,7 @@ pub fn write_record<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
     }
-    peapod_shim::protocol::write_file_atomic(path, &bytes)
+    peapod_host::fs::write_file_atomic(path, &bytes)
         .map_err(|e| Error::path("write record", path, e))
 }
 
