@@ -116,6 +116,7 @@ impl ContainerService {
     }
 
     async fn unmake_container(&self, id: &str, srec: &SandboxRecord, made: &Made) {
+        self.processes.forget(id);
         if made.shim_task {
             if let Ok(shim) = self.shims.get(&srec.id).await {
                 if let Err(e) = shim.delete(id, "").await {
@@ -207,6 +208,7 @@ impl ContainerService {
         let config_json = bundle.join("config.json");
         // peapod-spec's writer sorts the capability sets, so a spec always serializes alike.
         let bytes = peapod_spec::spec_json(&spec).map_err(Error::from)?;
+        self.processes.remember(id, &spec);
         std::fs::write(&config_json, bytes).map_err(|e| Error::path("write", &config_json, e))?;
 
         let exit_file = root_dir.join("exit");

@@ -80,6 +80,7 @@ impl ContainerService {
     /// After a restart: follow every container that was running when the daemon went
     /// away.
     pub fn resume(self: &Arc<Self>) {
+        self.reload_processes();
         for c in self.containers.read().all() {
             if c.get().state == ContainerState::Running {
                 self.watch_exit(c);

@@ -195,3 +195,37 @@ async fn a_failed_rootfs_release_keeps_the_record_for_a_retry() {
     assert!(h.containers().await.is_empty());
     assert!(h.images.rootfs_owners().is_empty());
 }
+
+#[tokio::test]
+async fn exec_uses_the_process_kept_from_create_not_config_json() {
+    let h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let mut config = h.container_config("app");
+    config.working_dir = "/srv".into();
+    let c = h.create_container_with(&pod, config).await.unwrap();
+    let rec = h.rt.containers.records().resolve(&c).unwrap().get();
+    // Were it read again, exec would fail now.
+    std::fs::remove_file(rec.bundle.join("config.json")).unwrap();
+
+    let cmd = vec!["true".to_string()];
+    let json =
+        h.rt.containers
+            .exec_process_json(&rec, &cmd, false)
+            .unwrap();
+    let process: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(process["args"], serde_json::json!(["true"]));
+    assert_eq!(
+        process["cwd"], "/srv",
+        "the container's own process, args replaced"
+    );
+
+    h.remove_container(&c).await.unwrap();
+    let err =
+        h.rt.containers
+            .exec_process_json(&rec, &cmd, false)
+            .unwrap_err();
+    assert!(
+        err.message().contains("config.json"),
+        "forgotten on remove: {err}"
+    );
+}

@@ -11,6 +11,7 @@ mod exit;
 #[cfg(test)]
 mod lifecycle_tests;
 mod list;
+mod process;
 mod remove;
 mod reopen_log;
 mod start;
@@ -41,6 +42,8 @@ pub struct ContainerService {
     events: Arc<Events>,
     paths: Paths,
     cgroup_driver: CgroupDriver,
+    /// Each container's process spec, for exec.
+    processes: process::Processes,
 }
 
 /// What a [`ContainerService`] is made of.
@@ -64,6 +67,7 @@ impl ContainerService {
             events: d.events,
             paths: d.paths,
             cgroup_driver: d.cgroup_driver,
+            processes: Default::default(),
         }
     }
 

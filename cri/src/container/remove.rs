@@ -26,6 +26,7 @@ impl ContainerService {
 
     pub(super) async fn remove_locked(&self, c: &Container) -> Result<()> {
         let rec = c.get();
+        self.processes.forget(&rec.id);
         if rec.state == ContainerState::Running {
             self.kill_and_wait(c, libc::SIGKILL, Duration::ZERO).await?;
         }

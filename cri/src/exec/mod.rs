@@ -198,21 +198,6 @@ impl Runtime {
         Ok(rec)
     }
 
-    /// The OCI process for `cmd` in a container: its own process with the args replaced.
-    pub(crate) fn exec_process_json(
-        &self,
-        rec: &ContainerRecord,
-        cmd: &[String],
-        tty: bool,
-    ) -> Result<Vec<u8>> {
-        let path = rec.bundle.join("config.json");
-        let spec = oci_spec::runtime::Spec::load(&path)
-            .map_err(|e| Error::internal(format!("read {}: {e}", path.display())))?;
-        let process = peapod_spec::exec_process(&spec, cmd, tty).map_err(Error::from)?;
-        serde_json::to_vec(&process)
-            .map_err(|e| Error::internal(format!("encode exec process: {e}")))
-    }
-
     /// ExecSync: runs `cmd`, returns its output and exit code; past `timeout_s` (0: none) the
     /// process is killed and DeadlineExceeded returned.
     pub async fn exec_sync(
@@ -225,7 +210,7 @@ impl Runtime {
             return Err(Error::invalid("cmd is required"));
         }
         let rec = self.running_container(id)?;
-        let process = self.exec_process_json(&rec, &cmd, false)?;
+        let process = self.containers.exec_process_json(&rec, &cmd, false)?;
         let shim = self.shims.get(&rec.sandbox_id).await?;
         let exec_id = new_exec_id();
         let fifos = Fifos::create(&rec.bundle.join("exec"), &exec_id, false, true, true)?;

@@ -28,7 +28,7 @@ impl Runtime {
             return Err(Error::invalid("cmd is required"));
         }
         let rec = self.running_container(id)?;
-        let process = self.exec_process_json(&rec, &cmd, io.tty)?;
+        let process = self.containers.exec_process_json(&rec, &cmd, io.tty)?;
         let shim = self.shims.get(&rec.sandbox_id).await?;
         let exec_id = new_exec_id();
         let StreamIo {
