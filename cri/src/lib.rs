@@ -9,6 +9,7 @@ pub mod cgroups;
 pub mod client;
 pub mod config;
 pub mod container;
+pub mod daemon;
 pub mod error;
 pub mod events;
 pub mod exec;

@@ -2,13 +2,13 @@
 //! ContainerStatus, UpdateContainerResources, ReopenContainerLog.
 
 use crate::container::CreateContainer;
+use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
 pub async fn create(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
@@ -27,7 +27,7 @@ pub async fn create(
 }
 
 pub async fn start(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse> {
     super::required("container_id", &req.container_id)?;
@@ -36,7 +36,7 @@ pub async fn start(
 }
 
 pub async fn stop(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse> {
     super::required("container_id", &req.container_id)?;
@@ -45,7 +45,7 @@ pub async fn stop(
 }
 
 pub async fn remove(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse> {
     super::required("container_id", &req.container_id)?;
@@ -53,7 +53,7 @@ pub async fn remove(
     Ok(cri::RemoveContainerResponse {})
 }
 
-pub fn list(rt: &Runtime, req: cri::ListContainersRequest) -> Result<cri::ListContainersResponse> {
+pub fn list(rt: &Daemon, req: cri::ListContainersRequest) -> Result<cri::ListContainersResponse> {
     let containers = rt
         .containers
         .list(req.filter.as_ref())
@@ -64,7 +64,7 @@ pub fn list(rt: &Runtime, req: cri::ListContainersRequest) -> Result<cri::ListCo
 }
 
 pub async fn status(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse> {
     super::required("container_id", &req.container_id)?;
@@ -81,7 +81,7 @@ pub async fn status(
 }
 
 pub async fn update_resources(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::UpdateContainerResourcesRequest,
 ) -> Result<cri::UpdateContainerResourcesResponse> {
     super::required("container_id", &req.container_id)?;
@@ -95,7 +95,7 @@ pub async fn update_resources(
 }
 
 pub async fn reopen_log(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ReopenContainerLogRequest,
 ) -> Result<cri::ReopenContainerLogResponse> {
     super::required("container_id", &req.container_id)?;

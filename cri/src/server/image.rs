@@ -9,8 +9,8 @@
 //! as root, so whoever can reach the CRI socket can have it read any file as an image
 //! archive; they can already run privileged pods, so the socket must stay root-only.
 
+use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use peapod_image::Image;
 use peapod_proto::v1 as cri;
 use std::collections::HashMap;
@@ -52,7 +52,7 @@ fn credentials(auth: Option<cri::AuthConfig>) -> Option<peapod_image::Credential
 }
 
 /// Whether an image passes a ListImages filter (by reference, tag, digest or id).
-fn matches(rt: &Runtime, img: &Image, filter: Option<&cri::ImageFilter>) -> bool {
+fn matches(rt: &Daemon, img: &Image, filter: Option<&cri::ImageFilter>) -> bool {
     let Some(want) = filter
         .and_then(|f| f.image.as_ref())
         .map(|s| s.image.as_str())
@@ -66,7 +66,7 @@ fn matches(rt: &Runtime, img: &Image, filter: Option<&cri::ImageFilter>) -> bool
 }
 
 pub async fn list(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ListImagesRequest,
 ) -> Result<cri::ListImagesResponse> {
     let images = rt
@@ -80,7 +80,7 @@ pub async fn list(
 }
 
 pub async fn status(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ImageStatusRequest,
 ) -> Result<cri::ImageStatusResponse> {
     let reference = require_image(req.image.as_ref())?;
@@ -115,7 +115,7 @@ pub async fn status(
     })
 }
 
-pub async fn pull(rt: &Arc<Runtime>, req: cri::PullImageRequest) -> Result<cri::PullImageResponse> {
+pub async fn pull(rt: &Arc<Daemon>, req: cri::PullImageRequest) -> Result<cri::PullImageResponse> {
     let reference = require_image(req.image.as_ref())?.to_string();
     tracing::Span::current().record("image", reference.as_str());
     if let Some(path) = archive_path(&reference) {
@@ -144,7 +144,7 @@ fn archive_path(reference: &str) -> Option<&str> {
 }
 
 /// Imports every image of the archive at `path`; returns the id of the first.
-async fn import(rt: &Arc<Runtime>, path: &str) -> Result<String> {
+async fn import(rt: &Arc<Daemon>, path: &str) -> Result<String> {
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::io::AsRawFd;
     let p = std::path::Path::new(path);
@@ -193,7 +193,7 @@ async fn import(rt: &Arc<Runtime>, path: &str) -> Result<String> {
 }
 
 pub async fn remove(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::RemoveImageRequest,
 ) -> Result<cri::RemoveImageResponse> {
     let reference = require_image(req.image.as_ref())?;
@@ -217,7 +217,7 @@ fn usage(u: &peapod_image::FsUsage) -> cri::FilesystemUsage {
 }
 
 pub async fn fs_info(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     _req: cri::ImageFsInfoRequest,
 ) -> Result<cri::ImageFsInfoResponse> {
     let store = rt.images.clone();

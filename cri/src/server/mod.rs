@@ -8,8 +8,8 @@ mod sandbox;
 mod stats;
 mod streaming;
 
+use crate::daemon::Daemon;
 use crate::error::Error;
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use peapod_proto::v1::image_service_server::{ImageService, ImageServiceServer};
 use peapod_proto::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
@@ -127,18 +127,18 @@ fn log_failure(method: &str, err: &Error) {
 /// Both CRI services over one runtime.
 #[derive(Clone)]
 pub struct Cri {
-    rt: Arc<Runtime>,
+    rt: Arc<Daemon>,
 }
 
 impl Cri {
-    pub fn new(rt: Arc<Runtime>) -> Cri {
+    pub fn new(rt: Arc<Daemon>) -> Cri {
         Cri { rt }
     }
 }
 
 /// Serves CRI on `socket` (mode 0660) until `shutdown` resolves.
 pub async fn serve(
-    rt: Arc<Runtime>,
+    rt: Arc<Daemon>,
     socket: &Path,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {

@@ -1,8 +1,8 @@
 //! Version, Status, RuntimeConfig, UpdateRuntimeConfig.
 
 use crate::config::CgroupDriver;
+use crate::daemon::Daemon;
 use crate::error::Result;
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::collections::HashMap;
 
@@ -10,7 +10,7 @@ use std::collections::HashMap;
 pub const RUNTIME_API_VERSION: &str = "v1";
 pub const RUNTIME_NAME: &str = "peapod";
 
-pub fn version(_rt: &Runtime, _req: cri::VersionRequest) -> Result<cri::VersionResponse> {
+pub fn version(_rt: &Daemon, _req: cri::VersionRequest) -> Result<cri::VersionResponse> {
     Ok(cri::VersionResponse {
         version: "0.1.0".into(),
         runtime_name: RUNTIME_NAME.into(),
@@ -19,7 +19,7 @@ pub fn version(_rt: &Runtime, _req: cri::VersionRequest) -> Result<cri::VersionR
     })
 }
 
-pub fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusResponse> {
+pub fn status(rt: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusResponse> {
     let network = rt.network.readiness();
     let conditions = vec![
         cri::RuntimeCondition {
@@ -68,7 +68,7 @@ pub fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusRespon
 }
 
 pub fn runtime_config(
-    rt: &Runtime,
+    rt: &Daemon,
     _req: cri::RuntimeConfigRequest,
 ) -> Result<cri::RuntimeConfigResponse> {
     let driver = match rt.config.cgroup.driver {
@@ -83,7 +83,7 @@ pub fn runtime_config(
 }
 
 pub fn update_runtime_config(
-    rt: &Runtime,
+    rt: &Daemon,
     req: cri::UpdateRuntimeConfigRequest,
 ) -> Result<cri::UpdateRuntimeConfigResponse> {
     let cidr = req

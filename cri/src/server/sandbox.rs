@@ -1,12 +1,12 @@
 //! RunPodSandbox, StopPodSandbox, RemovePodSandbox, PodSandboxStatus, ListPodSandbox.
 
+use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
 pub async fn run(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::RunPodSandboxRequest,
 ) -> Result<cri::RunPodSandboxResponse> {
     let config = req
@@ -20,7 +20,7 @@ pub async fn run(
 }
 
 pub async fn stop(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::StopPodSandboxRequest,
 ) -> Result<cri::StopPodSandboxResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
@@ -29,7 +29,7 @@ pub async fn stop(
 }
 
 pub async fn remove(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::RemovePodSandboxRequest,
 ) -> Result<cri::RemovePodSandboxResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
@@ -38,7 +38,7 @@ pub async fn remove(
 }
 
 pub async fn status(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::PodSandboxStatusRequest,
 ) -> Result<cri::PodSandboxStatusResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
@@ -57,7 +57,7 @@ pub async fn status(
     })
 }
 
-pub fn list(rt: &Runtime, req: cri::ListPodSandboxRequest) -> Result<cri::ListPodSandboxResponse> {
+pub fn list(rt: &Daemon, req: cri::ListPodSandboxRequest) -> Result<cri::ListPodSandboxResponse> {
     let items = rt
         .sandboxes
         .list(req.filter.as_ref())

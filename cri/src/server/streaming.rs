@@ -1,7 +1,7 @@
 //! ExecSync, Exec, Attach, PortForward.
 
+use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
@@ -15,11 +15,12 @@ fn streaming_err(e: peapod_streaming::Error) -> Error {
 }
 
 pub async fn exec_sync(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ExecSyncRequest,
 ) -> Result<cri::ExecSyncResponse> {
     super::required("container_id", &req.container_id)?;
     let out = rt
+        .exec
         .exec_sync(&req.container_id, req.cmd, req.timeout)
         .await?;
     Ok(cri::ExecSyncResponse {
@@ -29,9 +30,9 @@ pub async fn exec_sync(
     })
 }
 
-pub async fn exec(rt: &Arc<Runtime>, req: cri::ExecRequest) -> Result<cri::ExecResponse> {
+pub async fn exec(rt: &Arc<Daemon>, req: cri::ExecRequest) -> Result<cri::ExecResponse> {
     super::required("container_id", &req.container_id)?;
-    let rec = rt.running_container(&req.container_id)?;
+    let rec = rt.exec.running_container(&req.container_id)?;
     let url = rt
         .streaming()?
         .exec_url(peapod_streaming::ExecRequest {
@@ -46,9 +47,9 @@ pub async fn exec(rt: &Arc<Runtime>, req: cri::ExecRequest) -> Result<cri::ExecR
     Ok(cri::ExecResponse { url })
 }
 
-pub async fn attach(rt: &Arc<Runtime>, req: cri::AttachRequest) -> Result<cri::AttachResponse> {
+pub async fn attach(rt: &Arc<Daemon>, req: cri::AttachRequest) -> Result<cri::AttachResponse> {
     super::required("container_id", &req.container_id)?;
-    let rec = rt.running_container(&req.container_id)?;
+    let rec = rt.exec.running_container(&req.container_id)?;
     if req.stdin && !rec.config.stdin {
         return Err(Error::invalid(
             "stdin: the container was not created with stdin (config.stdin)",
@@ -74,7 +75,7 @@ pub async fn attach(rt: &Arc<Runtime>, req: cri::AttachRequest) -> Result<cri::A
 }
 
 pub async fn port_forward(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::PortForwardRequest,
 ) -> Result<cri::PortForwardResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;

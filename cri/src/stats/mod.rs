@@ -7,7 +7,8 @@
 
 pub mod cgroup;
 
-use crate::runtime::Runtime;
+use crate::container::ContainerService;
+use crate::sandbox::SandboxService;
 use crate::store::container::{ContainerRecord, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxState};
 use crate::store::to_cri::labels_match;
@@ -15,7 +16,7 @@ use peapod_proto::v1 as cri;
 use peapod_shim::timefmt;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -98,7 +99,29 @@ fn sample(pid: u32) -> Sample {
     }
 }
 
-impl Runtime {
+/// The stats calls, over what they read: the records, the image store (writable layers) and
+/// the previous CPU samples.
+pub struct StatsService {
+    containers: Arc<ContainerService>,
+    sandboxes: Arc<SandboxService>,
+    images: Arc<peapod_image::Store>,
+    sampler: Sampler,
+}
+
+impl StatsService {
+    pub fn new(
+        containers: Arc<ContainerService>,
+        sandboxes: Arc<SandboxService>,
+        images: Arc<peapod_image::Store>,
+    ) -> StatsService {
+        StatsService {
+            containers,
+            sandboxes,
+            images,
+            sampler: Sampler::default(),
+        }
+    }
+
     /// CPU and memory messages for a usage; `key` names the object for the CPU rate.
     fn cpu_mem(
         &self,

@@ -5,7 +5,7 @@
 pub mod fakes;
 
 use crate::config::Config;
-use crate::runtime::{Effects, Runtime};
+use crate::daemon::{Daemon, Effects};
 use crate::server::Cri;
 use fakes::{FakeHost, FakeImages, FakeNetwork, FakeShims, Faults, IMAGE};
 use peapod_proto::v1 as cri;
@@ -22,7 +22,7 @@ pub struct Harness {
     pub network: Arc<FakeNetwork>,
     pub host: Arc<FakeHost>,
     pub images: Arc<FakeImages>,
-    pub rt: Arc<Runtime>,
+    pub rt: Arc<Daemon>,
     pub cri: Cri,
 }
 
@@ -59,7 +59,7 @@ impl Harness {
             host: host.clone(),
             images: images.clone(),
         };
-        let rt = Runtime::assemble(config, store, cni, effects).expect("the core");
+        let rt = Daemon::assemble(config, store, cni, effects).expect("the core");
         Harness {
             dir,
             faults,
