@@ -97,7 +97,7 @@ fn scaled(p: Parsed, extra10: i32) -> i64 {
         }
     } else {
         for _ in 0..(-e) {
-            if v % 10 != 0 {
+            if !v.is_multiple_of(10) {
                 remainder = true;
             }
             v /= 10;
