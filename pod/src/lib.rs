@@ -1,7 +1,12 @@
 //! peapod's pod supervisor: the kubelet's pod logic as a CRI client.
 pub mod admission;
+pub mod cgroup;
+pub mod cri;
 pub mod defaults;
+pub mod env;
 pub mod manifest;
 pub mod quantity;
 pub mod resources;
+pub mod settings;
 pub mod validate;
+pub mod volumes;
