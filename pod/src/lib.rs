@@ -2,6 +2,7 @@
 pub mod admission;
 pub mod cgroup;
 pub mod cri;
+pub mod cri_config;
 pub mod defaults;
 pub mod env;
 pub mod grpc_health;
@@ -12,5 +13,6 @@ pub mod record;
 pub mod resources;
 pub mod settings;
 pub mod status;
+pub mod store;
 pub mod validate;
 pub mod volumes;

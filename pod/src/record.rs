@@ -84,6 +84,8 @@ pub struct PodRecord {
     pub rejection: Option<(String, String)>,
     /// The pod finished (Succeeded/Failed) and its sandbox was stopped.
     pub sandbox_stopped: bool,
+    /// Once Succeeded or Failed, the phase stays (stopping sidecars must not undo it).
+    pub final_phase: Option<String>,
     /// Condition type → (status, lastTransitionTime).
     pub condition_times: BTreeMap<String, (String, String)>,
 }

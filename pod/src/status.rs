@@ -291,7 +291,11 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
         .iter()
         .map(|c| container_status(c, rec.containers.get(&c.name), app_default))
         .collect();
-    let phase = phase(rec, &inits, &apps);
+    let phase = match rec.final_phase.as_deref() {
+        Some("Succeeded") => "Succeeded",
+        Some("Failed") => "Failed",
+        _ => phase(rec, &inits, &apps),
+    };
     let sidecars_ready = spec
         .init_containers
         .iter()
