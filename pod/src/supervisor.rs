@@ -188,7 +188,8 @@ impl Supervisor {
     // ---- reconciliation -------------------------------------------------------------------
 
     async fn sync(&mut self) {
-        if self.rec.rejection.is_some() {
+        // Refused pods have nothing to drive; finished ones are done once their sandbox stopped.
+        if self.rec.rejection.is_some() || (self.rec.final_phase.is_some() && self.rec.sandbox_stopped) {
             return;
         }
         if !self.ensure_sandbox().await {

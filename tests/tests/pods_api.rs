@@ -260,7 +260,9 @@ async fn init_container_fills_an_emptydir_guaranteed_cgroups_and_delete_removes_
     assert_eq!(pod["status"]["phase"], "Running");
     assert_eq!(pod["status"]["qosClass"], "Guaranteed");
     assert_eq!(pod["spec"]["restartPolicy"], "Always");
-    assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 30);
+    assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 2);
+    assert_eq!(pod["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(pod["spec"]["containers"][0]["resources"]["requests"]["cpu"], "500m");
     assert_eq!(pod["spec"]["nodeName"], "e2e-node");
     assert!(pod["status"]["podIP"].as_str().unwrap().starts_with("10.123."), "{pod}");
     let init = status_of(&pod, "initContainerStatuses", "deploy");
