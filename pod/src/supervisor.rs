@@ -189,7 +189,9 @@ impl Supervisor {
 
     async fn sync(&mut self) {
         // Refused pods have nothing to drive; finished ones are done once their sandbox stopped.
-        if self.rec.rejection.is_some() || (self.rec.final_phase.is_some() && self.rec.sandbox_stopped) {
+        if self.rec.rejection.is_some()
+            || (self.rec.final_phase.is_some() && self.rec.sandbox_stopped)
+        {
             return;
         }
         if !self.ensure_sandbox().await {

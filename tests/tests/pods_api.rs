@@ -127,7 +127,10 @@ impl Env {
             .runtime
             .list_pod_sandbox(cri::ListPodSandboxRequest {
                 filter: Some(cri::PodSandboxFilter {
-                    label_selector: HashMap::from([("io.kubernetes.pod.uid".to_string(), uid.to_string())]),
+                    label_selector: HashMap::from([(
+                        "io.kubernetes.pod.uid".to_string(),
+                        uid.to_string(),
+                    )]),
                     ..Default::default()
                 }),
             })
@@ -143,7 +146,10 @@ impl Env {
             .runtime
             .list_containers(cri::ListContainersRequest {
                 filter: Some(cri::ContainerFilter {
-                    label_selector: HashMap::from([("io.kubernetes.pod.uid".to_string(), uid.to_string())]),
+                    label_selector: HashMap::from([(
+                        "io.kubernetes.pod.uid".to_string(),
+                        uid.to_string(),
+                    )]),
                     ..Default::default()
                 }),
             })
@@ -166,7 +172,12 @@ impl Env {
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(r.exit_code, 0, "{cmd}: {}", String::from_utf8_lossy(&r.stderr));
+        assert_eq!(
+            r.exit_code,
+            0,
+            "{cmd}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
         String::from_utf8_lossy(&r.stdout).trim().to_string()
     }
 
@@ -261,10 +272,22 @@ async fn init_container_fills_an_emptydir_guaranteed_cgroups_and_delete_removes_
     assert_eq!(pod["status"]["qosClass"], "Guaranteed");
     assert_eq!(pod["spec"]["restartPolicy"], "Always");
     assert_eq!(pod["spec"]["terminationGracePeriodSeconds"], 2);
-    assert_eq!(pod["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
-    assert_eq!(pod["spec"]["containers"][0]["resources"]["requests"]["cpu"], "500m");
+    assert_eq!(
+        pod["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "500m"
+    );
     assert_eq!(pod["spec"]["nodeName"], "e2e-node");
-    assert!(pod["status"]["podIP"].as_str().unwrap().starts_with("10.123."), "{pod}");
+    assert!(
+        pod["status"]["podIP"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.123."),
+        "{pod}"
+    );
     let init = status_of(&pod, "initContainerStatuses", "deploy");
     assert_eq!(init["state"]["terminated"]["reason"], "Completed");
     assert_eq!(init["state"]["terminated"]["exitCode"], 0);
@@ -278,11 +301,22 @@ async fn init_container_fills_an_emptydir_guaranteed_cgroups_and_delete_removes_
     assert_eq!(e.exec(&id, "cat /tmp/served").await, "the app");
     assert_eq!(e.exec(&id, "echo $POD_NAME").await, "war");
     // The kubelet's cgroup values, read inside the container: 500m -> 512 shares, 50000 quota.
-    assert_eq!(e.exec(&id, "cat /sys/fs/cgroup/cpu/cpu.shares").await, "512");
-    assert_eq!(e.exec(&id, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us").await, "50000");
-    assert_eq!(e.exec(&id, "cat /sys/fs/cgroup/cpu/cpu.cfs_period_us").await, "100000");
     assert_eq!(
-        e.exec(&id, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes").await,
+        e.exec(&id, "cat /sys/fs/cgroup/cpu/cpu.shares").await,
+        "512"
+    );
+    assert_eq!(
+        e.exec(&id, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us").await,
+        "50000"
+    );
+    assert_eq!(
+        e.exec(&id, "cat /sys/fs/cgroup/cpu/cpu.cfs_period_us")
+            .await,
+        "100000"
+    );
+    assert_eq!(
+        e.exec(&id, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+            .await,
         (64u64 << 20).to_string()
     );
     // The pod cgroup holds the pod-level values.
@@ -301,7 +335,10 @@ async fn init_container_fills_an_emptydir_guaranteed_cgroups_and_delete_removes_
     assert_eq!(sbs[0].labels["io.kubernetes.pod.name"], "war");
     assert_eq!(sbs[0].labels["io.kubernetes.pod.namespace"], "default");
     let cs = e.containers_of(&uid).await;
-    let mut names: Vec<&str> = cs.iter().map(|c| c.labels["io.kubernetes.container.name"].as_str()).collect();
+    let mut names: Vec<&str> = cs
+        .iter()
+        .map(|c| c.labels["io.kubernetes.container.name"].as_str())
+        .collect();
     names.sort();
     assert_eq!(names, ["deploy", "server"]);
 
@@ -312,14 +349,20 @@ async fn init_container_fills_an_emptydir_guaranteed_cgroups_and_delete_removes_
     }
     let started = events
         .iter()
-        .find(|e| e["reason"] == "Started" && e["involvedObject"]["fieldPath"] == "spec.initContainers{deploy}")
+        .find(|e| {
+            e["reason"] == "Started"
+                && e["involvedObject"]["fieldPath"] == "spec.initContainers{deploy}"
+        })
         .expect("Started event of the init container");
     assert_eq!(started["source"]["component"], "kubelet");
     assert_eq!(started["involvedObject"]["kind"], "Pod");
 
     // Applying the same manifest again changes nothing.
     assert_eq!(e.apply(WAR_POD).await.unwrap()[0].action, "unchanged");
-    assert_eq!(e.get("war").await.unwrap()["metadata"]["uid"], pod["metadata"]["uid"]);
+    assert_eq!(
+        e.get("war").await.unwrap()["metadata"]["uid"],
+        pod["metadata"]["uid"]
+    );
 
     let pod_dir = e.d.root.join("pods").join(&uid);
     assert!(pod_dir.join("volumes").is_dir());
@@ -388,7 +431,11 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_manifests_and_a_pod_too_big_for_the_node_create_nothing() {
-    let mut e = env("pods-admit", "allocatable_cpu = \"2\"\nallocatable_memory = \"1Gi\"").await;
+    let mut e = env(
+        "pods-admit",
+        "allocatable_cpu = \"2\"\nallocatable_memory = \"1Gi\"",
+    )
+    .await;
     let dup = r#"
 apiVersion: v1
 kind: Pod
@@ -406,7 +453,12 @@ spec:
 "#;
     let err = e.apply(dup).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("spec.containers[1].name: Duplicate value \"web\""), "{}", err.message());
+    assert!(
+        err.message()
+            .contains("spec.containers[1].name: Duplicate value \"web\""),
+        "{}",
+        err.message()
+    );
     // All documents are validated first: the valid one was not created either.
     assert_eq!(e.get("ok-pod").await.unwrap_err().code(), Code::NotFound);
     let err = e
@@ -418,7 +470,12 @@ spec:
         .apply("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: a, imagee: IMAGE}]\n")
         .await
         .unwrap_err();
-    assert!(err.message().contains("unknown field \"spec.containers[0].imagee\""), "{}", err.message());
+    assert!(
+        err.message()
+            .contains("unknown field \"spec.containers[0].imagee\""),
+        "{}",
+        err.message()
+    );
 
     e.apply(
         r#"
@@ -434,11 +491,22 @@ spec:
     )
     .await
     .unwrap();
-    let pod = e.wait_for("huge", "Failed", |p| p["status"]["phase"] == "Failed").await;
+    let pod = e
+        .wait_for("huge", "Failed", |p| p["status"]["phase"] == "Failed")
+        .await;
     assert_eq!(pod["status"]["reason"], "OutOfcpu");
-    assert!(pod["status"]["message"].as_str().unwrap().contains("requested: 4000"), "{pod}");
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("requested: 4000"),
+        "{pod}"
+    );
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
-    assert!(e.sandboxes_of(&uid).await.is_empty(), "nothing may run for a refused pod");
+    assert!(
+        e.sandboxes_of(&uid).await.is_empty(),
+        "nothing may run for a refused pod"
+    );
     assert!(e.containers_of(&uid).await.is_empty());
     assert!(!e.d.root.join("pods").join(&uid).exists());
     e.delete("huge").await;
@@ -466,24 +534,42 @@ async fn a_failing_liveness_probe_restarts_the_container_and_keeps_doing_so_afte
     e.apply(LIVENESS_POD).await.unwrap();
     let pod = e
         .wait_for("liveness", "restarted", |p| {
-            p["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(0) >= 1
+            p["status"]["containerStatuses"][0]["restartCount"]
+                .as_i64()
+                .unwrap_or(0)
+                >= 1
         })
         .await;
     let app = status_of(&pod, "containerStatuses", "app");
     let last = &app["lastState"]["terminated"];
-    assert!(last["containerID"].as_str().unwrap().starts_with("peapod://"), "{app}");
+    assert!(
+        last["containerID"]
+            .as_str()
+            .unwrap()
+            .starts_with("peapod://"),
+        "{app}"
+    );
     assert_ne!(last["containerID"], app["containerID"]);
     let events = e.events("liveness").await;
     let find = |reason: &str| events.iter().find(|e| e["reason"] == reason).cloned();
     let unhealthy = find("Unhealthy").expect("Unhealthy event");
     assert_eq!(unhealthy["type"], "Warning");
-    assert!(unhealthy["message"].as_str().unwrap().starts_with("Liveness probe failed:"), "{unhealthy}");
+    assert!(
+        unhealthy["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Liveness probe failed:"),
+        "{unhealthy}"
+    );
     let killing = find("Killing").expect("Killing event");
     assert_eq!(
         killing["message"],
         "Container app failed liveness probe, will be restarted"
     );
-    assert_eq!(killing["involvedObject"]["fieldPath"], "spec.containers{app}");
+    assert_eq!(
+        killing["involvedObject"]["fieldPath"],
+        "spec.containers{app}"
+    );
     // The previous attempt is kept for `logs --previous`.
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
     assert!(e.containers_of(&uid).await.len() >= 2);
@@ -495,9 +581,16 @@ async fn a_failing_liveness_probe_restarts_the_container_and_keeps_doing_so_afte
     e.pods = PodsClient::new(peapod::client::channel(&e.d.socket).await.unwrap());
     let again = e.get("liveness").await.unwrap();
     assert_eq!(again["metadata"]["uid"], pod["metadata"]["uid"]);
-    e.wait_for("liveness", "restarted again after the daemon restart", |p| {
-        p["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(0) > before
-    })
+    e.wait_for(
+        "liveness",
+        "restarted again after the daemon restart",
+        |p| {
+            p["status"]["containerStatuses"][0]["restartCount"]
+                .as_i64()
+                .unwrap_or(0)
+                > before
+        },
+    )
     .await;
     e.delete("liveness").await;
     assert!(e.containers_of(&uid).await.is_empty());
@@ -512,4 +605,105 @@ fn kill_daemon(d: &TestDaemon) {
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }
+}
+
+const WEB_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: content
+    image: IMAGE
+    command: [sh, -c, "echo hello > /www/index.html"]
+    volumeMounts: [{name: www, mountPath: /www}]
+  - name: shipper
+    image: IMAGE
+    restartPolicy: Always
+    command: [sh, -c, "touch /tmp/started; while true; do cat /www/index.html > /tmp/shipped; sleep 1; done"]
+    startupProbe: {exec: {command: [cat, /tmp/started]}, periodSeconds: 1}
+    volumeMounts: [{name: www, mountPath: /www}]
+  containers:
+  - name: server
+    image: IMAGE
+    command: [httpd, -f, -p, "8080", -h, /www]
+    ports: [{name: http, containerPort: 8080}]
+    readinessProbe: {httpGet: {path: /index.html, port: http}, periodSeconds: 1, failureThreshold: 1}
+    livenessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
+    volumeMounts: [{name: www, mountPath: /www}]
+  volumes:
+  - name: www
+    emptyDir: {medium: Memory, sizeLimit: 16Mi}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecar_http_readiness_toggles_ready_and_tcp_liveness_holds() {
+    let mut e = env("pods-web", "").await;
+    e.apply(WEB_POD).await.unwrap();
+    let pod = e
+        .wait_for("web", "Ready", |p| condition(p, "Ready") == "True")
+        .await;
+    let shipper = status_of(&pod, "initContainerStatuses", "shipper");
+    assert_eq!(shipper["started"], true, "{shipper}");
+    assert!(shipper["state"]["running"].is_object(), "{shipper}");
+    let content = status_of(&pod, "initContainerStatuses", "content");
+    assert_eq!(content["state"]["terminated"]["reason"], "Completed");
+    let shipper_id = cri_id(shipper);
+    let server_id = cri_id(status_of(&pod, "containerStatuses", "server"));
+    // The sidecar reads what the init container wrote, on a memory-backed emptyDir.
+    let t0 = Instant::now();
+    while e
+        .exec(&shipper_id, "cat /tmp/shipped 2>/dev/null || true")
+        .await
+        != "hello"
+    {
+        assert!(t0.elapsed() < WAIT, "the sidecar never shipped the content");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let vol =
+        e.d.root
+            .join("pods")
+            .join(uid)
+            .join("volumes/kubernetes.io~empty-dir/www");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some(vol.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("{} is not a mount point", vol.display()));
+    assert!(
+        line.contains(" - tmpfs ") && line.contains("size=16384k"),
+        "{line}"
+    );
+
+    // Readiness both ways: a 404 makes the pod unready, the file back makes it ready.
+    e.exec(&server_id, "rm /www/index.html").await;
+    e.wait_for("web", "not Ready", |p| condition(p, "Ready") == "False")
+        .await;
+    let events = e.events("web").await;
+    assert!(
+        events.iter().any(|ev| ev["reason"] == "Unhealthy"
+            && ev["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Readiness probe failed: HTTP probe failed with statuscode: 404")),
+        "{events:?}"
+    );
+    e.exec(&server_id, "echo back > /www/index.html").await;
+    let pod = e
+        .wait_for("web", "Ready again", |p| condition(p, "Ready") == "True")
+        .await;
+    // The tcpSocket liveness probe passed all along.
+    assert_eq!(
+        status_of(&pod, "containerStatuses", "server")["restartCount"],
+        0
+    );
+    e.delete("web").await;
+    assert!(!vol.exists());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(vol.to_str().unwrap()),
+        "tmpfs left mounted"
+    );
 }
