@@ -6,7 +6,7 @@
 //!
 //! Modules, one job each: [`manifest`] (YAML/JSON, strict), [`defaults`], [`validate`],
 //! [`quantity`], [`resources`] (QoS, cgroup values, oom_score_adj, pod requests),
-//! [`admission`], [`cgroup`] (the pod cgroup, v1 and v2), [`volumes`], [`env`],
+//! [`admission`], [`cgroup`] (the pod cgroup, v1 and v2), [`volumes`], [`mod@env`],
 //! [`cri_config`] (sandbox and container configs), [`probe`] and [`grpc_health`],
 //! [`record`] (per-pod state and events), [`status`] (phase, conditions, container states),
 //! [`store`] (atomic persistence), [`supervisor`] (one task per pod), [`manager`] (apply,
