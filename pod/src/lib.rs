@@ -66,3 +66,8 @@ pub mod store;
 pub mod supervisor;
 pub mod validate;
 pub mod volumes;
+
+#[cfg(test)]
+mod fake_cri;
+#[cfg(test)]
+mod tests;
