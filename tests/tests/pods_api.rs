@@ -707,3 +707,128 @@ async fn sidecar_http_readiness_toggles_ready_and_tcp_liveness_holds() {
         "tmpfs left mounted"
     );
 }
+
+const QOS_PODS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: burst}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: limited
+    image: IMAGE
+    command: [sleep, "3600"]
+    resources: {requests: {cpu: 250m, memory: 32Mi}, limits: {cpu: 500m}}
+  - name: free
+    image: IMAGE
+    command: [sleep, "3600"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: besteffort}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: IMAGE, command: [sleep, "3600"]}
+"#;
+
+/// What this host lets the daemon give: never below its own oom_score_adj (no
+/// CAP_SYS_RESOURCE here); the daemon inherits the test's.
+fn oom_floor(v: i64) -> i64 {
+    let own: i64 = read(Path::new("/proc/self/oom_score_adj")).parse().unwrap();
+    v.max(own)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burstable_and_besteffort_pods_get_the_kubelets_cgroup_values() {
+    let mut e = env("pods-qos", "").await;
+    e.apply(QOS_PODS).await.unwrap();
+    let burst = e
+        .wait_for("burst", "Ready", |p| condition(p, "Ready") == "True")
+        .await;
+    let be = e
+        .wait_for("besteffort", "Ready", |p| condition(p, "Ready") == "True")
+        .await;
+    assert_eq!(burst["status"]["qosClass"], "Burstable");
+    assert_eq!(be["status"]["qosClass"], "BestEffort");
+
+    let limited = cri_id(status_of(&burst, "containerStatuses", "limited"));
+    let free = cri_id(status_of(&burst, "containerStatuses", "free"));
+    let only = cri_id(status_of(&be, "containerStatuses", "c"));
+    // shares from the request (250m -> 256), quota from the limit, no memory limit.
+    assert_eq!(
+        e.exec(&limited, "cat /sys/fs/cgroup/cpu/cpu.shares").await,
+        "256"
+    );
+    assert_eq!(
+        e.exec(&limited, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+            .await,
+        "50000"
+    );
+    let unlimited: u64 = e
+        .exec(&limited, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
+        .await
+        .parse()
+        .unwrap();
+    assert!(unlimited > 1 << 60, "{unlimited}");
+    let mem_total: i64 = read(Path::new("/proc/meminfo"))
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .parse::<i64>()
+        .unwrap()
+        * 1024;
+    let burstable_adj = (1000 - 1000 * (32i64 << 20) / mem_total).clamp(3, 999);
+    assert_eq!(
+        e.exec(&limited, "cat /proc/1/oom_score_adj").await,
+        oom_floor(burstable_adj).to_string()
+    );
+    // A container without requests in a Burstable pod: minimum shares, no quota, 999.
+    assert_eq!(
+        e.exec(&free, "cat /sys/fs/cgroup/cpu/cpu.shares").await,
+        "2"
+    );
+    assert_eq!(
+        e.exec(&free, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+            .await,
+        "-1"
+    );
+    assert_eq!(
+        e.exec(&free, "cat /proc/1/oom_score_adj").await,
+        oom_floor(999).to_string()
+    );
+    // BestEffort: minimum shares, oom_score_adj 1000.
+    assert_eq!(
+        e.exec(&only, "cat /sys/fs/cgroup/cpu/cpu.shares").await,
+        "2"
+    );
+    assert_eq!(e.exec(&only, "cat /proc/1/oom_score_adj").await, "1000");
+
+    // Pod cgroups: burstable/ with the summed request and no quota (not every container has a
+    // cpu limit); besteffort/ with minimum shares.
+    let pod_cpu = e.pod_cgroup("cpu", &burst);
+    assert!(
+        pod_cpu
+            .to_str()
+            .unwrap()
+            .contains("/kubepods/burstable/pod"),
+        "{}",
+        pod_cpu.display()
+    );
+    assert_eq!(read(&pod_cpu.join("cpu.shares")), "256");
+    assert_eq!(read(&pod_cpu.join("cpu.cfs_quota_us")), "-1");
+    let be_cpu = e.pod_cgroup("cpu", &be);
+    assert!(
+        be_cpu
+            .to_str()
+            .unwrap()
+            .contains("/kubepods/besteffort/pod"),
+        "{}",
+        be_cpu.display()
+    );
+    assert_eq!(read(&be_cpu.join("cpu.shares")), "2");
+    e.delete("burst").await;
+    e.delete("besteffort").await;
+    assert!(!pod_cpu.exists() && !be_cpu.exists());
+}
