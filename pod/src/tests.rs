@@ -378,3 +378,39 @@ async fn a_restarted_manager_adopts_stored_pods_and_keeps_supervising() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test]
+async fn a_failed_post_start_hook_kills_the_container() {
+    let t = setup();
+    t.cri.st().exec_exit.insert("x".into(), 1);
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: x\n    image: img:1\n    lifecycle: {postStart: {exec: {command: [setup]}}}\n").await;
+    t.until("p", "restarted", |p| restarts(p) >= 1).await;
+    assert!(t.reasons("p").contains(&"FailedPostStartHook".into()));
+}
+
+#[tokio::test]
+async fn sidecars_start_before_apps_and_stop_after_them() {
+    let t = setup();
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  terminationGracePeriodSeconds: 1\n  initContainers:\n  - {name: s, image: img:1, restartPolicy: Always}\n  containers:\n  - {name: x, image: img:1}\n").await;
+    let p = t.until("p", "Ready", ready).await;
+    assert_eq!(p["status"]["initContainerStatuses"][0]["started"], true);
+    let names: Vec<String> = t.cri.created().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["s", "x"]);
+    let id = |list: &str| {
+        p["status"][list][0]["containerID"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("peapod://")
+            .to_string()
+    };
+    let (sidecar, app) = (id("initContainerStatuses"), id("containerStatuses"));
+    t.m.delete("default", "p", None, true).await.unwrap();
+    let calls = t.calls();
+    let pos = |c: &str| {
+        calls
+            .iter()
+            .position(|x| x == &format!("StopContainer {c}"))
+            .unwrap()
+    };
+    assert!(pos(&app) < pos(&sidecar), "{calls:?}");
+}
