@@ -414,7 +414,7 @@ impl Store {
             Ok((Arc::new(index), planned, tmp))
         })
         .await
-        .map_err(|e| Error::io("import task failed", std::io::Error::other(e.to_string())))??;
+        .map_err(crate::store::join_err)??;
 
         let mut images = Vec::new();
         for p in planned {
