@@ -222,3 +222,47 @@ impl Task for TaskApi {
         Ok(Empty::new())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use containerd_shim_protos::types::task::Status;
+
+    #[test]
+    fn state_responses_carry_the_exit_as_status_and_timestamp() {
+        let exit = ExitRecord {
+            pid: 42,
+            exit_code: 137,
+            exited_at_ns: 1_700_000_000_123_456_789,
+            oom_killed: true,
+        };
+        let resp = state_response(
+            "c1",
+            "e1",
+            ProcessState {
+                pid: 42,
+                status: Status::STOPPED,
+                terminal: true,
+                stdout: String::new(),
+                bundle: "/run/b".into(),
+                exit: Some(exit),
+            },
+        );
+        assert_eq!((resp.id.as_str(), resp.exec_id.as_str()), ("c1", "e1"));
+        assert_eq!((resp.pid, resp.exit_status, resp.terminal), (42, 137, true));
+        assert_eq!(resp.status.enum_value(), Ok(Status::STOPPED));
+        assert_eq!(resp.bundle, "/run/b");
+        let at = resp.exited_at.as_ref().unwrap();
+        assert_eq!((at.seconds, at.nanos), (1_700_000_000, 123_456_789));
+
+        let (code, at) = exit_fields(None);
+        assert_eq!(code, 0);
+        assert!(at.is_none());
+    }
+
+    #[test]
+    fn objects_name_the_exec_when_there_is_one() {
+        assert_eq!(object("c1", ""), "c1");
+        assert_eq!(object("c1", "e1"), "c1/e1");
+    }
+}
