@@ -45,6 +45,37 @@ enum Command {
         #[command(subcommand)]
         command: cli::image::ImageCommand,
     },
+    /// Create or update pods from Pod manifests (YAML or JSON), as `kubectl apply -f`.
+    Apply(cli::kube::apply::ApplyArgs),
+    /// List pods or show some, as `kubectl get pods`.
+    Get(cli::kube::get::GetArgs),
+    /// Show a pod in detail with its events, as `kubectl describe pod`.
+    Describe(cli::kube::DescribeArgs),
+    /// Wait for a pod condition or for its deletion, as `kubectl wait`.
+    Wait(cli::kube::wait::WaitArgs),
+    /// Print a container's log, as `kubectl logs`.
+    Logs(cli::kube::logs::LogsArgs),
+    /// Run a command in a container of a pod, as `kubectl exec`.
+    Exec(cli::kube::exec::ExecArgs),
+    /// Delete pods (gracefully), as `kubectl delete`.
+    Delete(cli::kube::delete::DeleteArgs),
+}
+
+impl Command {
+    /// The kubectl-shaped verbs, which print errors kubectl's way and set the exit status.
+    fn into_kube(self) -> Result<cli::kube::Verb, Box<Command>> {
+        use cli::kube::Verb;
+        Ok(match self {
+            Command::Apply(a) => Verb::Apply(a),
+            Command::Get(a) => Verb::Get(a),
+            Command::Describe(a) => Verb::Describe(a),
+            Command::Wait(a) => Verb::Wait(a),
+            Command::Logs(a) => Verb::Logs(a),
+            Command::Exec(a) => Verb::Exec(a),
+            Command::Delete(a) => Verb::Delete(a),
+            other => return Err(Box::new(other)),
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -166,7 +197,7 @@ async fn run_client(command: Command, endpoint: Option<&str>) -> anyhow::Result<
         Command::Stopp { id } => cli::pods::stopp(&mut c, &id).await,
         Command::Rmp { id } => cli::pods::rmp(&mut c, &id).await,
         Command::Image { command } => cli::image::run(&mut c, command).await,
-        Command::Serve(_) | Command::Config { .. } => unreachable!("handled in main"),
+        _ => unreachable!("handled in main"),
     }
 }
 
@@ -197,7 +228,21 @@ fn main() -> anyhow::Result<()> {
                 .context("build the async runtime")?;
             runtime.block_on(serve(args))
         }
-        client => {
+        command => {
+            let client = match command.into_kube() {
+                Ok(verb) => {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .context("build the async runtime")?;
+                    let endpoint = cli::endpoint(cli.endpoint.as_deref());
+                    let code = runtime.block_on(cli::kube::run(verb, &endpoint));
+                    // Output is flushed by println!/print! locks; exit with the verb's status.
+                    drop(runtime);
+                    std::process::exit(code);
+                }
+                Err(other) => *other,
+            };
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
