@@ -84,10 +84,14 @@ impl KubeError {
             Code::Unavailable => "ServiceUnavailable",
             _ => "InternalError",
         };
-        KubeError::Server {
-            reason,
-            message: status.message().to_string(),
-        }
+        let message = match (status.code(), status.message()) {
+            (Code::Unimplemented, "") => {
+                "this daemon does not serve pods (peapod.pods.v1.Pods): is it an older peapod?"
+                    .to_string()
+            }
+            (_, m) => m.to_string(),
+        };
+        KubeError::Server { reason, message }
     }
 }
 
