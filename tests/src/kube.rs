@@ -194,3 +194,28 @@ pub fn exec_read(d: &TestDaemon, pod: &str, container: &str, path: &str) -> Stri
 pub fn examples_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
 }
+
+/// Everything of the daemon's pods still on the machine, as `TestDaemon::leftovers`, less the
+/// QoS cgroups (`kubepods`, `kubepods/burstable`, `kubepods/besteffort`), which stay for the
+/// node's lifetime as the kubelet's do, plus any pod cgroup (`pod<uid>`) left below them.
+pub fn leftovers(d: &TestDaemon) -> Vec<String> {
+    let mut out: Vec<String> = d
+        .leftovers()
+        .into_iter()
+        .filter(|l| !l.ends_with("/kubepods"))
+        .collect();
+    for top in crate::host::cgroups_under(&d.cgroup_parent) {
+        let mut stack = vec![top];
+        while let Some(dir) = stack.pop() {
+            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+            if name.as_deref().is_some_and(|n| n.starts_with("pod")) {
+                out.push(format!("pod cgroup {}", dir.display()));
+                continue;
+            }
+            if let Ok(rd) = std::fs::read_dir(&dir) {
+                stack.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            }
+        }
+    }
+    out
+}

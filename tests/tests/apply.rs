@@ -4,10 +4,21 @@
 //! CRI and the host (cgroups) for what must not exist.
 //!
 //! Polling is bounded ("within 90 s it reaches X"); nothing asserts on speed.
+//!
+//! Known defects on the pod supervisor's side (branch `pod`), which these tests catch:
+//! - Deleting a pod leaves its pod cgroup `kubepods/<qos>/pod<uid>` in every cgroup v1
+//!   hierarchy the supervisor does not manage itself (cpuset, devices, freezer, blkio,
+//!   net_cls..., systemd, unified): runc creates the container cgroups below it in all of them,
+//!   but pod/src/cgroup.rs removes only cpu, cpuacct, memory and pids. (`leftovers` fails in
+//!   every test that deletes a pod.)
+//! - A pod whose init container failed with restartPolicy Never is Failed with condition
+//!   Initialized=True (reason PodCompleted); the kubelet reports Initialized=True/PodCompleted
+//!   only for Succeeded pods, so kubectl (and `peapod get pods`) shows `Init:Error` for it.
+//!   With Initialized=True the table shows the app container's `PodInitializing` instead.
 
 use e2e::kube::{
-    apply, condition, container_status, examples_dir, exec_read, get_pod, int, peapod, pod_daemon,
-    text, wait_pod,
+    apply, condition, container_status, examples_dir, exec_read, get_pod, int, leftovers, peapod,
+    pod_daemon, text, wait_pod,
 };
 use e2e::{host, TestDaemon};
 use peapod_proto::v1 as cri;
@@ -152,22 +163,22 @@ async fn war_pod_init_then_server_and_sidecar_share_volumes_and_localhost() {
     // The server answers on the pod IP, from the host.
     let ip = text(&pod, "/status/podIP").to_string();
     assert!(!ip.is_empty(), "{pod}");
-    let page = std::process::Command::new("busybox")
-        .args([
-            "wget",
-            "-q",
-            "-T",
-            "10",
-            "-O",
-            "-",
-            &format!("http://{ip}:8080/"),
-        ])
-        .output()
-        .expect("busybox wget");
-    let page = String::from_utf8_lossy(&page.stdout);
+    let url = format!("http://{ip}:8080/");
+    let fetch = || {
+        // busybox 1.35's wget crashes with -T; coreutils' timeout bounds it instead.
+        let o = std::process::Command::new("timeout")
+            .args(["20", "/bin/busybox", "wget", "-O", "-", &url])
+            .output()
+            .expect("/bin/busybox wget (busybox-static)");
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (page, err) = fetch();
     assert!(
         page.contains("sample.war, deployed by the init container"),
-        "{page:?}"
+        "GET {url}: {page:?} {err:?}"
     );
     // ... and the sidecar reaches it over localhost (its requests land in the shared log).
     let shipped = wait_pod(&d, "war", LIMIT, "shipping the server's log", |_| {
@@ -220,7 +231,7 @@ async fn war_pod_init_then_server_and_sidecar_share_volumes_and_localhost() {
         r.stderr,
         "Error from server (NotFound): pods \"war\" not found\n"
     );
-    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+    assert!(leftovers(&d).is_empty(), "{:#?}", leftovers(&d));
 }
 
 /// Reads cpu.shares, cpu.cfs_quota_us and the memory limit from inside the container.
@@ -290,7 +301,7 @@ async fn cgroup_values_follow_the_kubelet_formulas_for_each_qos_class() {
     peapod(&d, &["delete", "pod", "burstable", "besteffort"]).ok("delete two");
     let r = peapod(&d, &["get", "pods"]).ok("get pods");
     assert_eq!(r.stderr, "No resources found in default namespace.\n");
-    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+    assert!(leftovers(&d).is_empty(), "{:#?}", leftovers(&d));
 }
 
 const LIVENESS: &str = r#"apiVersion: v1
@@ -298,6 +309,7 @@ kind: Pod
 metadata:
   name: flaky
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: app
     image: docker.io/library/busybox:latest
@@ -350,7 +362,9 @@ async fn liveness_failure_restarts_the_container_also_after_a_daemon_kill() {
     assert!(describe.contains("Unhealthy"), "{describe}");
     assert!(describe.contains("Killing"), "{describe}");
     assert!(
-        describe.contains("Liveness:  exec [cat /tmp/healthy] delay=1s"),
+        describe.contains(
+            "exec [cat /tmp/healthy] delay=1s timeout=1s period=1s #success=1 #failure=2"
+        ),
         "{describe}"
     );
 
@@ -387,7 +401,7 @@ async fn liveness_failure_restarts_the_container_also_after_a_daemon_kill() {
         |p| restart_count(p, "app") > count,
     );
     peapod(&d, &["delete", "pod", "flaky", "--grace-period", "1"]).ok("delete");
-    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+    assert!(leftovers(&d).is_empty(), "{:#?}", leftovers(&d));
 }
 
 const READINESS: &str = r#"apiVersion: v1
@@ -617,7 +631,7 @@ async fn run_once_pods_end_and_failures_keep_app_containers_from_being_created()
     assert_eq!(status["noinit"], "Init:Error", "{table}");
     assert_eq!(status["huge"], "OutOfcpu", "{table}");
     peapod(&d, &["delete", "pod", "ok", "bad", "noinit", "huge"]).ok("delete all");
-    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+    assert!(leftovers(&d).is_empty(), "{:#?}", leftovers(&d));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
