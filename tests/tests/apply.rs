@@ -589,6 +589,22 @@ async fn run_once_pods_end_and_failures_keep_app_containers_from_being_created()
                 image: docker.io/library/busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n    \
                 resources:\n      requests:\n        cpu: \"64\"\n        memory: 1Gi\n";
     apply(&d, huge).ok("apply huge");
+    apply(
+        &d,
+        &run_once(
+            "counter",
+            "Never",
+            None,
+            "for i in 1 2 3 4; do echo line $i; sleep 1; done",
+        ),
+    )
+    .ok("apply counter");
+    // logs -f follows the running container to its exit, then returns.
+    wait_pod(&d, "counter", LIMIT, "running", |p| {
+        container_status(p, "app").is_some_and(|s| s.pointer("/state/running").is_some())
+    });
+    let followed = peapod(&d, &["logs", "-f", "counter"]).ok("logs -f");
+    assert_eq!(followed.stdout, "line 1\nline 2\nline 3\nline 4\n");
 
     let ok = wait_pod(&d, "ok", LIMIT, "Succeeded", |p| phase(p) == "Succeeded");
     let st = container_status(&ok, "app").unwrap();
@@ -630,7 +646,11 @@ async fn run_once_pods_end_and_failures_keep_app_containers_from_being_created()
     assert_eq!(status["bad"], "Error", "{table}");
     assert_eq!(status["noinit"], "Init:Error", "{table}");
     assert_eq!(status["huge"], "OutOfcpu", "{table}");
-    peapod(&d, &["delete", "pod", "ok", "bad", "noinit", "huge"]).ok("delete all");
+    peapod(
+        &d,
+        &["delete", "pod", "ok", "bad", "noinit", "huge", "counter"],
+    )
+    .ok("delete all");
     assert!(leftovers(&d).is_empty(), "{:#?}", leftovers(&d));
 }
 
