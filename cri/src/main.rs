@@ -237,8 +237,9 @@ fn main() -> anyhow::Result<()> {
                         .context("build the async runtime")?;
                     let endpoint = cli::endpoint(cli.endpoint.as_deref());
                     let code = runtime.block_on(cli::kube::run(verb, &endpoint));
-                    // Output is flushed by println!/print! locks; exit with the verb's status.
-                    drop(runtime);
+                    // Not a drop: it would wait for tokio's blocking stdin reader (exec -i),
+                    // which only returns on input. exit() still flushes stdout.
+                    runtime.shutdown_background();
                     std::process::exit(code);
                 }
                 Err(other) => *other,

@@ -87,14 +87,12 @@ fn scalar(v: &Value) -> String {
     }
 }
 
-/// A string as a plain, single-quoted or (with control characters) double-quoted scalar.
+/// A string as a plain scalar, or double-quoted (as go-yaml v2 quotes them, e.g. `"True"`,
+/// `"3600"`, timestamps) when a plain scalar would read back as something else.
 fn string(s: &str) -> String {
-    if s.chars().any(|c| c.is_control()) {
+    if s.chars().any(|c| c.is_control()) || needs_quotes(s) {
         // JSON string escapes are valid in a YAML double-quoted scalar.
-        return serde_json::to_string(s).unwrap_or_else(|_| format!("'{s}'"));
-    }
-    if needs_quotes(s) {
-        return format!("'{}'", s.replace('\'', "''"));
+        return serde_json::to_string(s).unwrap_or_else(|_| format!("'{}'", s.replace('\'', "''")));
     }
     s.to_string()
 }
@@ -110,7 +108,7 @@ fn needs_quotes(s: &str) -> bool {
     ) {
         return true;
     }
-    if looks_numeric(s) {
+    if looks_numeric(s) || looks_like_timestamp(s) {
         return true;
     }
     let first = s.chars().next().unwrap_or(' ');
@@ -122,6 +120,17 @@ fn needs_quotes(s: &str) -> bool {
         }
     }
     s.contains(": ") || s.contains(" #") || s.ends_with(':')
+}
+
+/// YAML 1.1 timestamps (`2026-11-30`, `2026-11-30T19:01:47Z`) would read back as times.
+fn looks_like_timestamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 10
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && b[5..7].iter().all(u8::is_ascii_digit)
+        && b[7] == b'-'
+        && b[8..10].iter().all(u8::is_ascii_digit)
 }
 
 fn looks_numeric(s: &str) -> bool {
@@ -155,7 +164,7 @@ mod tests {
         assert_eq!(
             to_yaml(&v),
             "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations: {}\n  labels:\n    app: war\n  name: war\n\
-             spec:\n  containers:\n  - command:\n    - httpd\n    - -f\n    - -p\n    - '8080'\n    image: busybox\n    name: web\n    ports:\n    - containerPort: 8080\n  volumes: []\n\
+             spec:\n  containers:\n  - command:\n    - httpd\n    - -f\n    - -p\n    - \"8080\"\n    image: busybox\n    name: web\n    ports:\n    - containerPort: 8080\n  volumes: []\n\
              status:\n  hostIP: 10.0.0.1\n  phase: Running\n"
         );
     }
@@ -163,15 +172,17 @@ mod tests {
     #[test]
     fn strings_that_would_change_meaning_are_quoted() {
         for (s, want) in [
-            ("", "''"),
-            ("true", "'true'"),
-            ("10", "'10'"),
-            ("1.5", "'1.5'"),
-            ("a: b", "'a: b'"),
+            ("", "\"\""),
+            ("true", "\"true\""),
+            ("True", "\"True\""),
+            ("10", "\"10\""),
+            ("1.5", "\"1.5\""),
+            ("a: b", "\"a: b\""),
             ("it's", "it's"),
-            ("- x", "'- x'"),
-            ("*x", "'*x'"),
-            ("{x}", "'{x}'"),
+            ("- x", "\"- x\""),
+            ("*x", "\"*x\""),
+            ("{x}", "\"{x}\""),
+            ("2026-11-30T19:01:47Z", "\"2026-11-30T19:01:47Z\""),
             ("line\nnext", "\"line\\nnext\""),
             ("500m", "500m"),
             ("128Mi", "128Mi"),
