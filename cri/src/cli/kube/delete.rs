@@ -68,7 +68,10 @@ pub async fn run(c: &mut Clients, a: DeleteArgs) -> anyhow::Result<()> {
         }));
     }
     let grace = if a.now { 1 } else { a.grace_period };
+    // As kubectl: every deletion is asked for first (so grace periods run in parallel), then,
+    // with --wait, each pod is waited for until it is gone.
     let mut first_error = None;
+    let mut deleted = Vec::new();
     for t in targets {
         match c
             .pods
@@ -76,11 +79,14 @@ pub async fn run(c: &mut Clients, a: DeleteArgs) -> anyhow::Result<()> {
                 namespace: t.namespace.clone(),
                 name: t.name.clone(),
                 grace_period_seconds: grace,
-                wait: a.wait,
+                wait: false,
             })
             .await
         {
-            Ok(_) => println!("pod \"{}\" deleted", t.name),
+            Ok(_) => {
+                println!("pod \"{}\" deleted", t.name);
+                deleted.push(t);
+            }
             Err(s) if s.code() == tonic::Code::NotFound && a.ignore_not_found => {}
             // kubectl goes on with the other pods and fails at the end.
             Err(s) => {
@@ -90,6 +96,25 @@ pub async fn run(c: &mut Clients, a: DeleteArgs) -> anyhow::Result<()> {
                 } else {
                     first_error = Some(e);
                 }
+            }
+        }
+    }
+    if a.wait {
+        for t in deleted {
+            // A second Delete with wait returns once the pod is gone (NotFound if it already is).
+            match c
+                .pods
+                .delete(api::DeleteRequest {
+                    namespace: t.namespace.clone(),
+                    name: t.name.clone(),
+                    grace_period_seconds: grace,
+                    wait: true,
+                })
+                .await
+            {
+                Ok(_) => {}
+                Err(s) if s.code() == tonic::Code::NotFound => {}
+                Err(s) => return Err(KubeError::from_status(s, &t.name).into()),
             }
         }
     }
