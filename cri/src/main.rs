@@ -252,3 +252,92 @@ fn main() -> anyhow::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn kube(args: &[&str]) -> cli::kube::Verb {
+        let parsed = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match parsed.command.into_kube() {
+            Ok(v) => v,
+            Err(_) => panic!("{args:?} is not a kubectl-shaped verb"),
+        }
+    }
+
+    #[test]
+    fn kubectl_forms_parse() {
+        use cli::kube::Verb;
+        match kube(&[
+            "peapod",
+            "delete",
+            "pod",
+            "a",
+            "b",
+            "--wait=false",
+            "--grace-period",
+            "0",
+        ]) {
+            Verb::Delete(d) => {
+                assert_eq!(d.names, ["a", "b"]);
+                assert!(!d.wait);
+                assert_eq!(d.grace_period, 0);
+            }
+            _ => panic!("not delete"),
+        }
+        match kube(&["peapod", "delete", "-f", "x.yaml"]) {
+            Verb::Delete(d) => assert!(d.wait && d.resource.is_none() && d.files == ["x.yaml"]),
+            _ => panic!("not delete"),
+        }
+        match kube(&[
+            "peapod", "exec", "-it", "war", "-c", "web", "--", "sh", "-c", "ls -l",
+        ]) {
+            Verb::Exec(e) => {
+                assert!(e.stdin && e.tty);
+                assert_eq!(e.container.as_deref(), Some("web"));
+                assert_eq!(e.command, ["sh", "-c", "ls -l"]);
+            }
+            _ => panic!("not exec"),
+        }
+        match kube(&["peapod", "get", "po", "war", "-o", "wide", "-n", "prod"]) {
+            Verb::Get(g) => {
+                assert_eq!(
+                    (g.resource.as_str(), g.ns.namespace.as_str()),
+                    ("po", "prod")
+                );
+                assert_eq!(g.output.as_deref(), Some("wide"));
+            }
+            _ => panic!("not get"),
+        }
+        match kube(&[
+            "peapod",
+            "wait",
+            "pod/war",
+            "--for=condition=Ready=false",
+            "--timeout",
+            "1m",
+        ]) {
+            Verb::Wait(w) => assert_eq!(
+                (w.for_.as_str(), w.timeout.as_str()),
+                ("condition=Ready=false", "1m")
+            ),
+            _ => panic!("not wait"),
+        }
+        match kube(&[
+            "peapod", "logs", "war", "-c", "web", "-p", "--tail", "5", "-f",
+        ]) {
+            Verb::Logs(l) => assert!(l.previous && l.follow && l.tail == 5),
+            _ => panic!("not logs"),
+        }
+        match kube(&["peapod", "apply", "-f", "a.yaml", "-f", "-"]) {
+            Verb::Apply(a) => assert_eq!(a.files, ["a.yaml", "-"]),
+            _ => panic!("not apply"),
+        }
+    }
+}

@@ -589,6 +589,10 @@ async fn run_once_pods_end_and_failures_keep_app_containers_from_being_created()
                 image: docker.io/library/busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n    \
                 resources:\n      requests:\n        cpu: \"64\"\n        memory: 1Gi\n";
     apply(&d, huge).ok("apply huge");
+    let hungry = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hungry\nspec:\n  containers:\n  - name: app\n    \
+                image: docker.io/library/busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n    \
+                resources:\n      requests:\n        memory: 100Gi\n";
+    apply(&d, hungry).ok("apply hungry");
     apply(
         &d,
         &run_once(
@@ -632,6 +636,10 @@ async fn run_once_pods_end_and_failures_keep_app_containers_from_being_created()
         sandboxes.is_empty() && containers.is_empty(),
         "nothing of an unadmitted pod runs"
     );
+    let hungry = wait_pod(&d, "hungry", LIMIT, "Failed", |p| phase(p) == "Failed");
+    assert_eq!(text(&hungry, "/status/reason"), "OutOfmemory", "{hungry}");
+    let (sandboxes, containers) = cri_objects_of(&mut d, "hungry").await;
+    assert!(sandboxes.is_empty() && containers.is_empty());
 
     let table = peapod(&d, &["get", "pods"]).ok("get pods").stdout;
     let status: HashMap<&str, &str> = table
@@ -648,7 +656,9 @@ async fn run_once_pods_end_and_failures_keep_app_containers_from_being_created()
     assert_eq!(status["huge"], "OutOfcpu", "{table}");
     peapod(
         &d,
-        &["delete", "pod", "ok", "bad", "noinit", "huge", "counter"],
+        &[
+            "delete", "pod", "ok", "bad", "noinit", "huge", "hungry", "counter",
+        ],
     )
     .ok("delete all");
     assert!(leftovers(&d).is_empty(), "{:#?}", leftovers(&d));
