@@ -60,9 +60,13 @@ pub async fn run(c: &mut Clients, a: ExecArgs) -> anyhow::Result<i32> {
         ))
         .into());
     };
-    let tty = a.tty && a.stdin;
+    // SAFETY: isatty only inspects the descriptor.
+    let stdin_is_terminal = unsafe { libc::isatty(libc::STDIN_FILENO) } == 1;
+    let tty = a.tty && a.stdin && stdin_is_terminal;
     if a.tty && !a.stdin {
         eprintln!("Unable to use a TTY - input is not provided (use -i)");
+    } else if a.tty && !stdin_is_terminal {
+        eprintln!("Unable to use a TTY - input is not a terminal or the right kind of file");
     }
     let code = if !a.stdin {
         exec_sync(c, &id, &a.command).await?
