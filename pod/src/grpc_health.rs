@@ -47,3 +47,34 @@ pub async fn check(host: &str, port: u16, service: &str) -> Result<(), String> {
         Err(format!("service unhealthy (responded with {status:?})"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A real grpc.health.v1 server (tonic-health) on loopback.
+    #[tokio::test]
+    async fn serving_and_not_serving() {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("ok", tonic_health::ServingStatus::Serving)
+            .await;
+        reporter
+            .set_service_status("down", tonic_health::ServingStatus::NotServing)
+            .await;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+        );
+        check("127.0.0.1", port, "ok").await.unwrap();
+        // The empty service name is the server as a whole, which tonic-health reports serving.
+        check("127.0.0.1", port, "").await.unwrap();
+        let e = check("127.0.0.1", port, "down").await.unwrap_err();
+        assert!(e.contains("service unhealthy"), "{e}");
+        let e = check("127.0.0.1", port, "unknown").await.unwrap_err();
+        assert!(e.contains("health rpc failed"), "{e}");
+    }
+}

@@ -80,7 +80,16 @@ pub fn pod_from_value(mut doc: Value) -> Result<Pod, String> {
     }
     obj.remove("status");
     quantities_as_strings(&mut doc);
-    let pod: Pod = serde_json::from_value(doc.clone()).map_err(|e| format!("{e}"))?;
+    // The path of a wrongly typed value (`spec.containers[1].name: invalid type: boolean`,
+    // YAML's `y`/`no` being booleans) is what makes such an error findable.
+    let pod: Pod = serde_path_to_error::deserialize(doc.clone()).map_err(|e| {
+        let path = e.path().to_string();
+        if path.is_empty() || path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        }
+    })?;
     let back = serde_json::to_value(&pod).map_err(|e| format!("{e}"))?;
     let mut unknown = Vec::new();
     unknown_fields(&doc, &back, "", &mut unknown);
@@ -232,6 +241,17 @@ mod tests {
             documents(&[0xff, 0xfe], "t"),
             Err(ManifestError::NotUtf8 { .. })
         ));
+    }
+
+    #[test]
+    fn wrongly_typed_values_name_their_path() {
+        // YAML 1.1 (as kubectl reads it) makes `y` a boolean.
+        let y = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\nspec:\n  containers:\n  - name: x\n  - name: y\n";
+        let e = pod_from_value(documents(y.as_bytes(), "t").unwrap().remove(0)).unwrap_err();
+        assert!(
+            e.starts_with("spec.containers[1].name: invalid type: boolean"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -256,3 +256,104 @@ pub async fn worker(
         tokio::time::sleep(period).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_cri::FakeCri;
+    use tokio::net::TcpListener;
+
+    /// A one-shot HTTP server answering every request with `status`.
+    async fn server(status: u16) -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(
+                        format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+                    )
+                    .await;
+            }
+        });
+        port
+    }
+
+    fn probe(json: serde_json::Value) -> Probe {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn container() -> Container {
+        serde_json::from_value(
+            serde_json::json!({"name": "c", "ports": [{"name": "web", "containerPort": 8080}]}),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn http_status_decides() {
+        let cri = FakeCri::default();
+        for (status, ok) in [
+            (200, true),
+            (301, true),
+            (399, true),
+            (404, false),
+            (500, false),
+        ] {
+            let port = server(status).await;
+            let p = probe(
+                serde_json::json!({"httpGet": {"path": "/healthz", "port": port}, "timeoutSeconds": 2}),
+            );
+            let r = run_once(&cri, &p, &container(), "id", "127.0.0.1").await;
+            assert_eq!(r.is_ok(), ok, "{status}: {r:?}");
+            if !ok {
+                assert_eq!(
+                    r.unwrap_err(),
+                    format!("HTTP probe failed with statuscode: {status}")
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn tcp_and_refused_connections() {
+        let cri = FakeCri::default();
+        let port = server(200).await;
+        let p = probe(serde_json::json!({"tcpSocket": {"port": port}}));
+        assert!(run_once(&cri, &p, &container(), "id", "127.0.0.1")
+            .await
+            .is_ok());
+        // A port nobody listens on: bind one, learn it, close it.
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let p = probe(serde_json::json!({"tcpSocket": {"port": closed}}));
+        let e = run_once(&cri, &p, &container(), "id", "127.0.0.1")
+            .await
+            .unwrap_err();
+        assert!(
+            e.starts_with(&format!("dial tcp 127.0.0.1:{closed}: connect:")),
+            "{e}"
+        );
+        let p = probe(serde_json::json!({"httpGet": {"port": closed}}));
+        assert!(run_once(&cri, &p, &container(), "id", "127.0.0.1")
+            .await
+            .is_err());
+    }
+
+    #[test]
+    fn named_ports_resolve() {
+        let c = container();
+        assert_eq!(
+            resolve_port(&IntOrString::String("web".into()), &c),
+            Ok(8080)
+        );
+        assert_eq!(resolve_port(&IntOrString::Int(81), &c), Ok(81));
+        assert!(resolve_port(&IntOrString::String("nope".into()), &c).is_err());
+    }
+}

@@ -130,6 +130,14 @@ fn container_status(
     }
 }
 
+/// Terminated with exit code 0.
+fn completed(s: &ContainerStatus) -> bool {
+    s.state
+        .as_ref()
+        .and_then(|st| st.terminated.as_ref())
+        .is_some_and(|t| t.exit_code == 0)
+}
+
 /// getPhase.
 pub fn phase(rec: &PodRecord, init: &[ContainerStatus], apps: &[ContainerStatus]) -> &'static str {
     let spec = rec.spec();
@@ -275,10 +283,7 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
             if is_restartable_init(c) {
                 s.started.unwrap_or(false)
             } else {
-                s.state
-                    .as_ref()
-                    .and_then(|st| st.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code == 0)
+                completed(s)
             }
         });
     let app_default = if initialized {
@@ -317,10 +322,7 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
             if is_restartable_init(c) {
                 !s.started.unwrap_or(false)
             } else {
-                !s.state
-                    .as_ref()
-                    .and_then(|st| st.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code == 0)
+                !completed(s)
             }
         })
         .map(|(c, _)| c.name.clone())

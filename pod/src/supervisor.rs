@@ -188,7 +188,10 @@ impl Supervisor {
     // ---- reconciliation -------------------------------------------------------------------
 
     async fn sync(&mut self) {
-        if self.rec.rejection.is_some() {
+        // Refused pods have nothing to drive; finished ones are done once their sandbox stopped.
+        if self.rec.rejection.is_some()
+            || (self.rec.final_phase.is_some() && self.rec.sandbox_stopped)
+        {
             return;
         }
         if !self.ensure_sandbox().await {
@@ -393,6 +396,8 @@ impl Supervisor {
         let now = now_ms();
         if r.backoff_ms > 0 && now < finished_ms + r.backoff_ms as i64 {
             let secs = r.backoff_ms.div_ceil(1000);
+            // One BackOff event per back-off period, not one per sync.
+            let first = r.waiting.as_ref().map(|w| w.reason.as_str()) != Some("CrashLoopBackOff");
             r.waiting = Some(Waiting {
                 reason: "CrashLoopBackOff".into(),
                 message: format!(
@@ -400,6 +405,9 @@ impl Supervisor {
                     c.name
                 ),
             });
+            if !first {
+                return;
+            }
             self.event(
                 "Warning",
                 "BackOff",
@@ -456,16 +464,20 @@ impl Supervisor {
         }
         let now = now_ms();
         if now < self.rec.container(&c.name).not_before_ms {
-            self.rec.container(&c.name).waiting = Some(Waiting {
+            let r = self.rec.container(&c.name);
+            let first = r.waiting.as_ref().map(|w| w.reason.as_str()) != Some("ImagePullBackOff");
+            r.waiting = Some(Waiting {
                 reason: "ImagePullBackOff".into(),
                 message: format!("Back-off pulling image {image:?}"),
             });
-            self.event(
-                "Normal",
-                "BackOff",
-                Some(&c.name),
-                format!("Back-off pulling image {image:?}"),
-            );
+            if first {
+                self.event(
+                    "Normal",
+                    "BackOff",
+                    Some(&c.name),
+                    format!("Back-off pulling image {image:?}"),
+                );
+            }
             return None;
         }
         self.event(
@@ -612,6 +624,35 @@ impl Supervisor {
                 );
                 if let Ok(s) = self.cri.container_status(&id).await {
                     self.rec.container(&c.name).observed = Some(observed_from(&s));
+                }
+                if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.clone()) {
+                    // As the kubelet: a failed postStart hook kills the container.
+                    if let Err(msg) =
+                        run_hook(self.cri.as_ref(), &h, c, &id, &self.rec.pod_ip).await
+                    {
+                        self.event(
+                            "Warning",
+                            "FailedPostStartHook",
+                            Some(&c.name),
+                            format!("PostStartHook failed: {msg}"),
+                        );
+                        self.event(
+                            "Normal",
+                            "Killing",
+                            Some(&c.name),
+                            format!("FailedPostStartHook: stopping container {}", c.name),
+                        );
+                        let grace = self
+                            .rec
+                            .spec()
+                            .termination_grace_period_seconds
+                            .unwrap_or(30);
+                        if let Err(e) = self.cri.stop_container(&id, grace).await {
+                            tracing::warn!(container = %id, error = %e, "StopContainer after a failed postStart hook");
+                        }
+                        self.publish();
+                        return;
+                    }
                 }
                 self.start_probes(c, &id);
             }
@@ -882,59 +923,74 @@ impl Supervisor {
         self.stop_probes();
         if self.rec.rejection.is_none() {
             self.observe().await;
+            // App containers stop together; then sidecars one by one, last started first, so
+            // they outlive what they serve (the kubelet's order).
+            let spec = self.rec.spec().clone();
+            let apps: Vec<Container> = spec.containers.clone();
+            let mut sidecars: Vec<Container> = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .filter(|c| is_restartable_init(c))
+                .cloned()
+                .collect();
+            sidecars.reverse();
             let mut stops = tokio::task::JoinSet::new();
-            let all: Vec<Container> = {
-                let spec = self.rec.spec();
-                spec.init_containers
-                    .iter()
-                    .flatten()
-                    .chain(spec.containers.iter())
-                    .cloned()
-                    .collect()
-            };
-            for c in all {
-                let Some(r) = self.rec.containers.get(&c.name) else {
-                    continue;
-                };
-                let Some(id) = r.id.clone() else {
-                    continue;
-                };
-                if r.observed.as_ref().map(|o| o.state) != Some(RunState::Running) {
-                    continue;
+            for c in apps {
+                if let Some(stop) = self.stop_running(c, grace) {
+                    stops.spawn(stop);
                 }
-                self.event(
-                    "Normal",
-                    "Killing",
-                    Some(&c.name),
-                    format!("Stopping container {}", c.name),
-                );
-                let cri = self.cri.clone();
-                let pod_ip = self.rec.pod_ip.clone();
-                stops.spawn(async move {
-                    let t0 = Instant::now();
-                    if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone()) {
-                        let hook = tokio::time::timeout(
-                            Duration::from_secs(grace.max(1) as u64),
-                            run_hook(cri.as_ref(), &h, &c, &id, &pod_ip),
-                        );
-                        if let Ok(Err(e)) = hook.await {
-                            tracing::warn!(container = %c.name, error = %e, "preStop hook failed");
-                        }
-                    }
-                    // What the hook used comes off the grace period, as in the kubelet.
-                    let left = (grace - t0.elapsed().as_secs() as i64).max(2);
-                    if let Err(e) = cri.stop_container(&id, left).await {
-                        tracing::warn!(container = %id, error = %e, "StopContainer");
-                    }
-                });
             }
             while stops.join_next().await.is_some() {}
+            for c in sidecars {
+                if let Some(stop) = self.stop_running(c, grace) {
+                    stop.await;
+                }
+            }
             self.remove_everything().await;
         }
         if let Err(e) = self.store.remove(self.rec.namespace(), self.rec.name()) {
             tracing::error!(error = %e, "removing the pod record");
         }
         tracing::info!(pod = %self.rec.name(), "pod deleted");
+    }
+
+    /// preStop then StopContainer for `c` if its current attempt runs.
+    fn stop_running(
+        &mut self,
+        c: Container,
+        grace: i64,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let r = self.rec.containers.get(&c.name)?;
+        let id = r.id.clone()?;
+        if r.observed.as_ref().map(|o| o.state) != Some(RunState::Running) {
+            return None;
+        }
+        self.event(
+            "Normal",
+            "Killing",
+            Some(&c.name),
+            format!("Stopping container {}", c.name),
+        );
+        let cri = self.cri.clone();
+        let pod_ip = self.rec.pod_ip.clone();
+        Some(async move {
+            let t0 = Instant::now();
+            if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone()) {
+                let hook = tokio::time::timeout(
+                    Duration::from_secs(grace.max(1) as u64),
+                    run_hook(cri.as_ref(), &h, &c, &id, &pod_ip),
+                );
+                if let Ok(Err(e)) = hook.await {
+                    tracing::warn!(container = %c.name, error = %e, "preStop hook failed");
+                }
+            }
+            // What the hook used comes off the grace period, as in the kubelet (minimum 2 s).
+            let left = (grace - t0.elapsed().as_secs() as i64).max(2);
+            if let Err(e) = cri.stop_container(&id, left).await {
+                tracing::warn!(container = %id, error = %e, "StopContainer");
+            }
+        })
     }
 
     async fn remove_everything(&mut self) {
