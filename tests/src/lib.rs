@@ -4,6 +4,7 @@
 pub mod daemon;
 pub mod fixtures;
 pub mod host;
+pub mod kube;
 pub mod pods;
 pub mod slot;
 
