@@ -16,12 +16,14 @@ use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim_protos::protobuf::MessageField;
 use containerd_shim_protos::shim_async::Task;
 use containerd_shim_protos::topics;
+use containerd_shim_protos::types::task::Status;
 use peapod_shim::protocol;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 use ttrpc::asynchronous::TtrpcContext;
 
 type TtrpcResult<T> = ttrpc::Result<T>;
@@ -42,6 +44,9 @@ pub struct ContainerdTask {
     events: Publisher,
     held: Mutex<HashMap<String, Held>>,
     cgroup_root: PathBuf,
+    /// Bumped whenever an exec starts or is deleted: containerd waits for an exec before it
+    /// starts it, and the Task service has no exit to wait on until then.
+    exec_changed: watch::Sender<u64>,
 }
 
 fn status(code: ttrpc::Code, message: impl Into<String>) -> ttrpc::Error {
@@ -76,6 +81,7 @@ impl ContainerdTask {
             events,
             held: Mutex::new(HashMap::new()),
             cgroup_root: PathBuf::from(peapod_host::cgroup::DEFAULT_ROOT),
+            exec_changed: watch::channel(0).0,
         }
     }
 
@@ -111,6 +117,25 @@ impl ContainerdTask {
             e.exited_at = timestamp(exit.exited_at_ns);
             events.publish(topics::TASK_EXIT_EVENT_TOPIC, &e);
         });
+    }
+
+    fn bump_execs(&self) {
+        self.exec_changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Returns once exec `exec_id` of `id` is no longer waiting for its Start (started, or
+    /// gone: then the Task service's Wait says so).
+    async fn until_exec_started(&self, id: &str, exec_id: &str) {
+        let mut changed = self.exec_changed.subscribe();
+        loop {
+            match self.tasks.state(id, exec_id) {
+                Ok(s) if s.status == Status::CREATED => {}
+                _ => return,
+            }
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Undoes the containerd face's part of a create.
@@ -206,7 +231,11 @@ impl Task for ContainerdTask {
         ctx: &TtrpcContext,
         req: api::StartRequest,
     ) -> TtrpcResult<api::StartResponse> {
-        let resp = self.api.start(ctx, req.clone()).await?;
+        let started = self.api.start(ctx, req.clone()).await;
+        if !req.exec_id.is_empty() {
+            self.bump_execs();
+        }
+        let resp = started?;
         if req.exec_id.is_empty() {
             let mut e = ev::TaskStart::new();
             e.container_id = req.id;
@@ -237,7 +266,9 @@ impl Task for ContainerdTask {
         ctx: &TtrpcContext,
         req: api::DeleteRequest,
     ) -> TtrpcResult<api::DeleteResponse> {
-        let resp = self.api.delete(ctx, req.clone()).await?;
+        let deleted = self.api.delete(ctx, req.clone()).await;
+        self.bump_execs();
+        let resp = deleted?;
         if req.exec_id.is_empty() {
             self.release(&req.id);
             let mut e = ev::TaskDelete::new();
@@ -320,6 +351,9 @@ impl Task for ContainerdTask {
         ctx: &TtrpcContext,
         req: api::WaitRequest,
     ) -> TtrpcResult<api::WaitResponse> {
+        if !req.exec_id.is_empty() {
+            self.until_exec_started(&req.id, &req.exec_id).await;
+        }
         self.api.wait(ctx, req).await
     }
 

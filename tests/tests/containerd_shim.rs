@@ -1,0 +1,327 @@
+//! `containerd-shim-peapod-v2` under Debian's containerd: pods and containers through
+//! containerd's own CRI plugin with `io.containerd.peapod.v2` as its default runtime, on real
+//! runc, overlay mounts and CNI. Needs `containerd` installed and the workspace built.
+
+use e2e::containerd::{Containerd, BUSYBOX};
+use e2e::fixtures::sandbox_config;
+use e2e::host;
+use e2e::pods::{read_log, sh, stdout_text};
+use peapod_proto::v1 as cri;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Bound of every wait for something containerd does asynchronously (not a timed assertion:
+/// the wait ends as soon as the thing happens).
+const LIMIT: Duration = Duration::from_secs(60);
+
+async fn run_pod(ctd: &mut Containerd, name: &str) -> (String, cri::PodSandboxConfig) {
+    let mut config = sandbox_config(name, &ctd.cgroup_parent);
+    config.log_directory = ctd.dir.path().join("logs").join(name).display().to_string();
+    let id = ctd
+        .cri
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", ctd.log()))
+        .into_inner()
+        .pod_sandbox_id;
+    (id, config)
+}
+
+async fn create_and_start(
+    ctd: &mut Containerd,
+    pod: &str,
+    pod_config: &cri::PodSandboxConfig,
+    config: cri::ContainerConfig,
+) -> String {
+    let id = ctd
+        .cri
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.to_string(),
+            config: Some(config),
+            sandbox_config: Some(pod_config.clone()),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", ctd.log()))
+        .into_inner()
+        .container_id;
+    ctd.cri
+        .runtime
+        .start_container(cri::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", ctd.log()));
+    id
+}
+
+async fn status(ctd: &mut Containerd, id: &str) -> cri::ContainerStatus {
+    ctd.cri
+        .runtime
+        .container_status(cri::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+        .into_inner()
+        .status
+        .expect("status")
+}
+
+async fn wait_state(
+    ctd: &mut Containerd,
+    id: &str,
+    state: cri::ContainerState,
+) -> cri::ContainerStatus {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let st = status(ctd, id).await;
+        if st.state == state as i32 {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "container {id} not {state:?} within {LIMIT:?}: {st:?}\n{}",
+            ctd.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_log(ctd: &mut Containerd, id: &str, needle: &str) -> String {
+    let path = PathBuf::from(status(ctd, id).await.log_path);
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let text = stdout_text(&read_log(&path));
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "log {} of {id} has no {needle:?}: {text:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn exec_sync(ctd: &mut Containerd, id: &str, cmd: &[&str]) -> cri::ExecSyncResponse {
+    ctd.cri
+        .runtime
+        .exec_sync(cri::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 30,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ExecSync {cmd:?}: {e}\n{}", ctd.log()))
+        .into_inner()
+}
+
+async fn remove_container(ctd: &mut Containerd, id: &str) {
+    ctd.cri
+        .runtime
+        .stop_container(cri::StopContainerRequest {
+            container_id: id.to_string(),
+            timeout: 1,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StopContainer {id}: {e}\n{}", ctd.log()));
+    ctd.cri
+        .runtime
+        .remove_container(cri::RemoveContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e}\n{}", ctd.log()));
+}
+
+async fn remove_pod(ctd: &mut Containerd, pod: &str) {
+    ctd.cri
+        .runtime
+        .stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: pod.to_string(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StopPodSandbox: {e}\n{}", ctd.log()));
+    ctd.cri
+        .runtime
+        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.to_string(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("RemovePodSandbox: {e}\n{}", ctd.log()));
+}
+
+/// The ttrpc address a bundle's shim serves (the `address` file containerd reads back).
+fn shim_address(bundle: &Path) -> String {
+    std::fs::read_to_string(bundle.join("address"))
+        .unwrap_or_else(|e| panic!("{}/address: {e}", bundle.display()))
+}
+
+/// Waits until no shim of this containerd is left serving (each removes its socket when it
+/// exits; the sockets are what containerd would reconnect to).
+async fn wait_no_shim_sockets(ctd: &Containerd, sockets: &[PathBuf]) {
+    let deadline = Instant::now() + LIMIT;
+    while sockets.iter().any(|s| s.exists()) {
+        assert!(
+            Instant::now() < deadline,
+            "shim sockets still there: {sockets:?}\n{}",
+            ctd.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn socket_of(address: &str) -> PathBuf {
+    PathBuf::from(address.trim_start_matches("unix://"))
+}
+
+/// Mounts, bridge ports, cgroups and processes this containerd's pods left behind.
+fn leftovers(ctd: &Containerd) -> Vec<String> {
+    let mut out = Vec::new();
+    // containerd's own snapshot mounts are its business; the container root filesystems the
+    // shim mounted in the bundles are ours.
+    for m in host::mounts_under(&ctd.state) {
+        out.push(format!("mount {}", m.display()));
+    }
+    for port in host::bridge_ports(&ctd.bridge) {
+        out.push(format!("veth {port} on {}", ctd.bridge));
+    }
+    for cg in host::cgroups_under(&ctd.cgroup_parent) {
+        out.push(format!("cgroup {}", cg.display()));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_run_under_containerd_with_the_peapod_shim() {
+    let mut ctd = Containerd::start("peapod").await;
+    let (pod, pod_config) = run_pod(&mut ctd, "ctd-pod").await;
+
+    // The pod's shim is ours: containerd started containerd-shim-peapod-v2, which is
+    // peapod-shim under its containerd name.
+    let sandbox_bundle = ctd.bundle(&pod);
+    let address = shim_address(&sandbox_bundle);
+    let shim_pid: u32 = std::fs::read_to_string(sandbox_bundle.join("shim.pid"))
+        .expect("shim.pid")
+        .trim()
+        .parse()
+        .expect("a pid in shim.pid");
+    let cmdline = std::fs::read(format!("/proc/{shim_pid}/cmdline")).expect("shim cmdline");
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(
+        cmdline.starts_with("containerd-shim-peapod-v2 ") && cmdline.contains(" serve"),
+        "{cmdline}"
+    );
+    let exe = std::fs::read_link(format!("/proc/{shim_pid}/exe")).expect("shim exe");
+    assert!(exe.ends_with("peapod-shim"), "{}", exe.display());
+
+    // A container: its output reaches containerd's CRI log; it joins the pod's shim.
+    let app = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh(
+            "app",
+            BUSYBOX,
+            "echo hello-from-peapod; echo to-stderr >&2; exec sleep 100000",
+        ),
+    )
+    .await;
+    assert_eq!(shim_address(&ctd.bundle(&app)), address, "one shim per pod");
+    assert_eq!(ctd.shims(), vec![shim_pid], "one shim process for the pod");
+    let text = wait_log(&mut ctd, &app, "hello-from-peapod").await;
+    assert!(text.contains("hello-from-peapod\n"), "{text:?}");
+    let log = read_log(Path::new(&status(&mut ctd, &app).await.log_path));
+    assert!(
+        log.iter()
+            .any(|l| l.stream == "stderr" && l.text == "to-stderr"),
+        "{log:?}"
+    );
+    // The root filesystem is the overlay the shim mounted from containerd's snapshot.
+    let rootfs = ctd.bundle(&app).join("rootfs");
+    assert!(
+        host::mounts_under(&rootfs).contains(&rootfs),
+        "rootfs not mounted"
+    );
+
+    // Exec: output and exit code.
+    let out = exec_sync(
+        &mut ctd,
+        &app,
+        &["sh", "-c", "echo exec-out; echo exec-err >&2; exit 3"],
+    )
+    .await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "exec-out\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "exec-err\n");
+    assert_eq!(out.exit_code, 3);
+    // The exec joined the pod's namespaces (the pod's hostname).
+    let out = exec_sync(&mut ctd, &app, &["hostname"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ctd-pod\n");
+
+    // Stats: containerd decodes the shim's cgroup v1 metrics.
+    let stats = ctd
+        .cri
+        .runtime
+        .container_stats(cri::ContainerStatsRequest {
+            container_id: app.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ContainerStats: {e}\n{}", ctd.log()))
+        .into_inner()
+        .stats
+        .expect("stats");
+    let memory = stats.memory.expect("memory stats");
+    assert!(
+        memory.working_set_bytes.map(|v| v.value).unwrap_or(0) > 0,
+        "{memory:?}"
+    );
+
+    // A container that exits on its own: its exit code reaches containerd.
+    let done = create_and_start(&mut ctd, &pod, &pod_config, sh("done", BUSYBOX, "exit 7")).await;
+    let st = wait_state(&mut ctd, &done, cri::ContainerState::ContainerExited).await;
+    assert_eq!(st.exit_code, 7, "{st:?}");
+    assert_eq!(st.reason, "Error", "{st:?}");
+
+    // OOM: the memory cgroup kills it, and containerd reports OOMKilled.
+    let mut oom = sh("oom", BUSYBOX, "exec tail /dev/zero");
+    oom.linux = Some(cri::LinuxContainerConfig {
+        resources: Some(cri::LinuxContainerResources {
+            memory_limit_in_bytes: 16 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let oom = create_and_start(&mut ctd, &pod, &pod_config, oom).await;
+    let st = wait_state(&mut ctd, &oom, cri::ContainerState::ContainerExited).await;
+    assert_eq!(st.reason, "OOMKilled", "{st:?}");
+    assert_eq!(st.exit_code, 137, "{st:?}");
+
+    // Stop: SIGTERM ends the sleep (not PID 1: the pod shares the pause's PID namespace).
+    ctd.cri
+        .runtime
+        .stop_container(cri::StopContainerRequest {
+            container_id: app.clone(),
+            timeout: 1,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StopContainer: {e}\n{}", ctd.log()));
+    let st = wait_state(&mut ctd, &app, cri::ContainerState::ContainerExited).await;
+    assert_eq!(st.exit_code, 128 + 15, "{st:?}");
+    for id in [&app, &done, &oom] {
+        remove_container(&mut ctd, id).await;
+    }
+    assert!(
+        !host::mounts_under(&rootfs).contains(&rootfs),
+        "rootfs still mounted after removal"
+    );
+    remove_pod(&mut ctd, &pod).await;
+    wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
