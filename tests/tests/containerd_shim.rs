@@ -325,3 +325,93 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
     wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
     assert_eq!(leftovers(&ctd), Vec::<String>::new());
 }
+
+/// The host pid of a container's main process, from containerd's verbose status.
+async fn container_pid(ctd: &mut Containerd, id: &str) -> i32 {
+    let resp = ctd
+        .cri
+        .runtime
+        .container_status(cri::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: true,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+        .into_inner();
+    let info: serde_json::Value =
+        serde_json::from_str(resp.info.get("info").expect("verbose info")).expect("info JSON");
+    info["pid"].as_i64().expect("pid in the verbose info") as i32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_survive_containerd_killed_and_restarted() {
+    let mut ctd = Containerd::start("peapod").await;
+    let (pod, pod_config) = run_pod(&mut ctd, "ctd-crash").await;
+    let keep = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh("keep", BUSYBOX, "echo before; exec sleep 100000"),
+    )
+    .await;
+    let quit = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh(
+            "quit",
+            BUSYBOX,
+            "trap 'exit 7' TERM; echo ready; while :; do sleep 1; done",
+        ),
+    )
+    .await;
+    wait_log(&mut ctd, &keep, "before").await;
+    wait_log(&mut ctd, &quit, "ready").await;
+    let quit_pid = container_pid(&mut ctd, &quit).await;
+    let shims = ctd.shims();
+    assert_eq!(shims.len(), 1, "one shim for the pod: {shims:?}");
+    let address = shim_address(&ctd.bundle(&pod));
+
+    // containerd dies; the shim and the containers do not.
+    ctd.kill();
+    assert_eq!(ctd.shims(), shims, "the shim outlives containerd");
+    // An exit while containerd is down: the shim records it (durably, in the bundle).
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(quit_pid, libc::SIGTERM) }, 0);
+    let exit_file = ctd.bundle(&quit).join("exit");
+    let deadline = Instant::now() + LIMIT;
+    while !exit_file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no exit recorded in {}",
+            exit_file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    ctd.restart().await;
+    assert_eq!(
+        ctd.shims(),
+        shims,
+        "containerd reconnected to the same shim"
+    );
+    assert_eq!(
+        status(&mut ctd, &keep).await.state,
+        cri::ContainerState::ContainerRunning as i32
+    );
+    let st = wait_state(&mut ctd, &quit, cri::ContainerState::ContainerExited).await;
+    assert_eq!(
+        st.exit_code, 7,
+        "the exit during the outage is reported: {st:?}"
+    );
+    // The running container is fully usable through the restarted containerd.
+    let out = exec_sync(&mut ctd, &keep, &["echo", "after"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "after\n");
+
+    for id in [&keep, &quit] {
+        remove_container(&mut ctd, id).await;
+    }
+    remove_pod(&mut ctd, &pod).await;
+    wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
