@@ -2,9 +2,11 @@
 //! - peapod's daemon passes [`CreateOptions`](peapod_shim::protocol::CreateOptions): the shim
 //!   keeps pipes (or the pty), writes the CRI log itself and serves attach;
 //! - containerd passes no peapod options but FIFO paths in `CreateTaskRequest.stdin/stdout/
-//!   stderr` and copies the streams itself: the process gets the FIFOs, exactly as an exec does.
+//!   stderr` and copies the streams itself: the process gets the FIFOs, exactly as an exec does
+//!   (or, for a log URI, the file or the logging program's pipes: `log_uri`).
 
 use crate::console::ConsoleSocket;
+use crate::log_uri::{self, LogUri};
 use crate::runtime_cli::ProcessIo;
 use crate::stdio::{self, IoHandle, PreparedExec, PreparedInit};
 use std::io;
@@ -26,9 +28,27 @@ pub struct FifoPaths<'a> {
 }
 
 impl PreparedStdio {
-    pub fn fifos(paths: FifoPaths<'_>, console: Option<&Path>) -> io::Result<PreparedStdio> {
-        stdio::prepare_exec(paths.stdin, paths.stdout, paths.stderr, console)
-            .map(PreparedStdio::Fifos)
+    /// The launcher's FIFOs, or a log URI in `stdout` (containerd sends it in both
+    /// `stdout` and `stderr`): see [`crate::log_uri`].
+    pub fn fifos(
+        id: &str,
+        paths: FifoPaths<'_>,
+        console: Option<&Path>,
+    ) -> io::Result<PreparedStdio> {
+        let Some(uri) = LogUri::parse(paths.stdout) else {
+            return stdio::prepare_exec(paths.stdin, paths.stdout, paths.stderr, console)
+                .map(PreparedStdio::Fifos);
+        };
+        let uri = uri?;
+        if console.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a terminal's output cannot go to a log URI",
+            ));
+        }
+        let mut prepared = stdio::prepare_exec(paths.stdin, "", "", None)?;
+        (prepared.process_io.stdout, prepared.process_io.stderr) = log_uri::open(&uri, id)?;
+        Ok(PreparedStdio::Fifos(prepared))
     }
 
     /// The stdio the runtime command gets (taken once).

@@ -32,6 +32,7 @@ mod extension;
 #[cfg(test)]
 mod fakes;
 mod init_stdio;
+mod log_uri;
 mod logio;
 mod oom_kill_counter;
 mod process;

@@ -110,7 +110,7 @@ impl TaskService {
                 stdout: &req.stdout,
                 stderr: &req.stderr,
             };
-            PreparedStdio::fifos(paths, console.as_deref())
+            PreparedStdio::fifos(&req.id, paths, console.as_deref())
         } else {
             stdio::prepare_init(
                 &options.log_path,

@@ -115,8 +115,9 @@ impl Containerd {
             cri,
             child: Some(child),
         };
-        ctd.import(BUSYBOX, &ImageSpec::busybox());
+        ctd.import(NAMESPACE, BUSYBOX, &ImageSpec::busybox());
         ctd.import(
+            NAMESPACE,
             PAUSE,
             &ImageSpec::busybox()
                 .entrypoint(&["sleep"])
@@ -125,13 +126,14 @@ impl Containerd {
         ctd
     }
 
-    fn import(&self, name: &str, spec: &ImageSpec) {
+    /// Imports `spec` as `name` into containerd namespace `namespace`.
+    pub fn import(&self, namespace: &str, name: &str, spec: &ImageSpec) {
         let archive = self.dir.path().join("image.tar");
         oci_archive(&archive, name, spec).expect("build image archive");
         let out = Command::new("ctr")
             .arg("--address")
             .arg(&self.socket)
-            .args(["-n", NAMESPACE, "images", "import"])
+            .args(["-n", namespace, "images", "import"])
             .arg(&archive)
             .output()
             .expect("run ctr");
@@ -153,6 +155,26 @@ impl Containerd {
             .join("io.containerd.runtime.v2.task")
             .join(NAMESPACE)
             .join(id)
+    }
+
+    /// Runs `ctr` against this containerd in `namespace`; its output, or a panic naming it.
+    pub fn ctr(&self, namespace: &str, args: &[&str]) -> String {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["-n", namespace])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Kills containerd with SIGKILL, as a crash would, leaving shims and containers running.

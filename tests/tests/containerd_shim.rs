@@ -415,3 +415,245 @@ async fn pods_survive_containerd_killed_and_restarted() {
     wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
     assert_eq!(leftovers(&ctd), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
+    let mut ctd = Containerd::start("peapod").await;
+    let (pod, pod_config) = run_pod(&mut ctd, "ctd-shimkill").await;
+    let app = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh("app", BUSYBOX, "exec sleep 100000"),
+    )
+    .await;
+    let app_pid = container_pid(&mut ctd, &app).await;
+    let shims = ctd.shims();
+    assert_eq!(shims.len(), 1, "{shims:?}");
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(shims[0] as i32, libc::SIGKILL) }, 0);
+
+    // containerd notices the lost connection and runs `containerd-shim-peapod-v2 … delete`
+    // for each task: the container is killed through runc and reported exited.
+    let st = wait_state(&mut ctd, &app, cri::ContainerState::ContainerExited).await;
+    // The CRI plugin's own Wait breaks with the connection and records "unknown" (255) unless
+    // the TaskExit of the cleanup (SIGKILL: 137) arrives first.
+    assert!([128 + 9, 255].contains(&st.exit_code), "{st:?}");
+    // containerd's cleanup of each dead task runs in the background: the delete action, then
+    // the bundle's removal.
+    let deadline = Instant::now() + LIMIT;
+    while ctd.bundle(&pod).exists() || ctd.bundle(&app).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "containerd did not finish its cleanup:\n{}",
+            ctd.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = ctd.log();
+    assert!(
+        log.contains("cleaning up after shim disconnected")
+            && !log.contains("failed to clean up after shim disconnected"),
+        "containerd did not clean up after the shim:\n{log}"
+    );
+    let stat = std::fs::read_to_string(format!("/proc/{app_pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z "),
+        "the container's process still runs: {stat}"
+    );
+    remove_container(&mut ctd, &app).await;
+    remove_pod(&mut ctd, &pod).await;
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
+
+/// The containerd namespace of the `ctr` test (not the CRI's).
+const CTR_NS: &str = "peapod-e2e";
+
+/// Polls `check` on `ctr task ls` output until it holds.
+async fn wait_tasks(ctd: &Containerd, what: &str, check: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let ls = ctd.ctr(CTR_NS, &["task", "ls"]);
+        if check(&ls) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "tasks not {what}: {ls}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_file_contains(path: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} has no {needle:?}: {text:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn task_line<'a>(ls: &'a str, id: &str) -> &'a str {
+    ls.lines()
+        .find(|l| l.split_whitespace().next() == Some(id))
+        .unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerds_own_api_drives_the_peapod_runtime() {
+    let ctd = Containerd::start("peapod").await;
+    ctd.import(
+        CTR_NS,
+        BUSYBOX,
+        &peapod_image::testsupport::ImageSpec::busybox(),
+    );
+    let dir = ctd.dir.path().to_path_buf();
+    // containerd's event stream, from before the first task.
+    let events_file = dir.join("events.txt");
+    let mut events = std::process::Command::new("ctr")
+        .arg("--address")
+        .arg(&ctd.socket)
+        .arg("events")
+        .stdout(std::fs::File::create(&events_file).expect("events file"))
+        .spawn()
+        .expect("ctr events");
+    // Subscribed once an event of our own shows up on it.
+    let mut n = 0;
+    loop {
+        n += 1;
+        ctd.ctr(CTR_NS, &["namespaces", "create", &format!("sync-{n}")]);
+        let text = std::fs::read_to_string(&events_file).unwrap_or_default();
+        if text.contains("/namespaces/create") {
+            break;
+        }
+        assert!(n < 600, "ctr events shows nothing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A task with its output in a file (a file:// log URI).
+    let log = dir.join("c1.log");
+    ctd.ctr(
+        CTR_NS,
+        &[
+            "run",
+            "-d",
+            "--runtime",
+            "io.containerd.peapod.v2",
+            "--log-uri",
+            &format!("file://{}", log.display()),
+            BUSYBOX,
+            "c1",
+            "sh",
+            "-c",
+            "echo hello-log; exec sleep 100000",
+        ],
+    );
+    wait_file_contains(&log, "hello-log\n").await;
+    wait_tasks(&ctd, "running", |ls| {
+        task_line(ls, "c1").contains("RUNNING")
+    })
+    .await;
+
+    // Exec, pause and resume.
+    let out = ctd.ctr(
+        CTR_NS,
+        &[
+            "task",
+            "exec",
+            "--exec-id",
+            "e1",
+            "c1",
+            "sh",
+            "-c",
+            "echo exec-out",
+        ],
+    );
+    assert_eq!(out, "exec-out\n");
+    ctd.ctr(CTR_NS, &["task", "pause", "c1"]);
+    wait_tasks(&ctd, "paused", |ls| task_line(ls, "c1").contains("PAUSED")).await;
+    ctd.ctr(CTR_NS, &["task", "resume", "c1"]);
+    wait_tasks(&ctd, "resumed", |ls| {
+        task_line(ls, "c1").contains("RUNNING")
+    })
+    .await;
+
+    // A task whose output goes to a logging program (a binary:// log URI).
+    let logger = dir.join("logger.sh");
+    let logged = dir.join("logged.txt");
+    std::fs::write(
+        &logger,
+        format!(
+            "#!/bin/sh\nexec 5>&-\n{{ echo \"$CONTAINER_NAMESPACE/$CONTAINER_ID\"; cat <&3; }} > {}\n",
+            logged.display()
+        ),
+    )
+    .expect("write logger");
+    std::fs::set_permissions(&logger, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod logger");
+    ctd.ctr(
+        CTR_NS,
+        &[
+            "run",
+            "-d",
+            "--runtime",
+            "io.containerd.peapod.v2",
+            "--log-uri",
+            &format!("binary://{}", logger.display()),
+            BUSYBOX,
+            "c2",
+            "sh",
+            "-c",
+            "echo via-logger; exec sleep 100000",
+        ],
+    );
+    let text = wait_file_contains(&logged, "via-logger\n").await;
+    assert!(text.starts_with(&format!("{CTR_NS}/c2\n")), "{text:?}");
+
+    // Kill, wait for the exit, delete.
+    for id in ["c1", "c2"] {
+        ctd.ctr(CTR_NS, &["task", "kill", "-s", "SIGKILL", id]);
+        wait_tasks(&ctd, "stopped", |ls| task_line(ls, id).contains("STOPPED")).await;
+        ctd.ctr(CTR_NS, &["task", "delete", id]);
+        ctd.ctr(CTR_NS, &["container", "delete", id]);
+    }
+    wait_tasks(&ctd, "deleted", |ls| ls.lines().count() <= 1).await;
+
+    // Every task event reached containerd's event stream, the exit with its status.
+    ctd.ctr(CTR_NS, &["namespaces", "create", "sync-end"]);
+    let text = wait_file_contains(&events_file, "sync-end").await;
+    let _ = events.kill();
+    let _ = events.wait();
+    for topic in [
+        "/tasks/create",
+        "/tasks/start",
+        "/tasks/exec-added",
+        "/tasks/exec-started",
+        "/tasks/paused",
+        "/tasks/resumed",
+        "/tasks/exit",
+        "/tasks/delete",
+    ] {
+        assert!(text.contains(topic), "no {topic} in the events:\n{text}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.contains("/tasks/exit") && l.contains("c1") && l.contains("137")),
+        "no exit status 137 for c1:\n{text}"
+    );
+    // The shims left when their last task was deleted.
+    let deadline = Instant::now() + LIMIT;
+    while !ctd.shims().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "shims still running: {:?}",
+            ctd.shims()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}

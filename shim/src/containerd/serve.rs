@@ -37,6 +37,8 @@ pub fn serve(flags: &Flags) -> Result<(), String> {
             std::io::Error::last_os_error()
         ));
     }
+    // Logging programs of `binary://` log URIs inherit it (set while single-threaded).
+    std::env::set_var("CONTAINER_NAMESPACE", &flags.namespace);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
