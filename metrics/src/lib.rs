@@ -97,7 +97,8 @@ impl Metrics {
         )?;
         let image_pull_bytes = IntCounter::new(
             "peapod_image_pull_bytes_total",
-            "Bytes of images pulled (compressed layers, configs and manifests).",
+            "Size of the images pulled: config and layers as their manifests declare them, \
+             layers already present included.",
         )?;
         let image_pull_seconds = Histogram::with_opts(
             HistogramOpts::new(

@@ -115,7 +115,11 @@ pub async fn status(
     })
 }
 
-pub async fn pull(rt: &Arc<Daemon>, req: cri::PullImageRequest) -> Result<cri::PullImageResponse> {
+pub async fn pull(
+    rt: &Arc<Daemon>,
+    metrics: &peapod_metrics::Metrics,
+    req: cri::PullImageRequest,
+) -> Result<cri::PullImageResponse> {
     let reference = require_image(req.image.as_ref())?.to_string();
     tracing::Span::current().record("image", reference.as_str());
     if let Some(path) = archive_path(&reference) {
@@ -123,7 +127,9 @@ pub async fn pull(rt: &Arc<Daemon>, req: cri::PullImageRequest) -> Result<cri::P
         return Ok(cri::PullImageResponse { image_ref: id });
     }
     let creds = credentials(req.auth);
+    let start = std::time::Instant::now();
     let img = rt.images.pull(&reference, creds.as_ref()).await?;
+    metrics.record_image_pull(img.size, start.elapsed().as_secs_f64());
     tracing::info!(id = %img.id, "pulled");
     // The kubelet then names the image by this reference in CreateContainer; the id is
     // unambiguous (a repo digest may belong to another repository of the same image), and it

@@ -3,6 +3,7 @@
 
 mod container;
 mod image;
+mod metrics;
 mod runtime_info;
 mod sandbox;
 mod stats;
@@ -128,11 +129,12 @@ fn log_failure(method: &str, err: &Error) {
 #[derive(Clone)]
 pub struct Cri {
     rt: Arc<Daemon>,
+    metrics: Arc<peapod_metrics::Metrics>,
 }
 
 impl Cri {
-    pub fn new(rt: Arc<Daemon>) -> Cri {
-        Cri { rt }
+    pub fn new(rt: Arc<Daemon>, metrics: Arc<peapod_metrics::Metrics>) -> Cri {
+        Cri { rt, metrics }
     }
 }
 
@@ -160,16 +162,34 @@ pub async fn serve(
     let pod_settings = rt.config.pods.settings(&rt.config.root)?;
     let pod_cri = std::sync::Arc::new(peapod_pod::cri::TonicCri::new(socket));
     let pods = peapod_pod::manager::Manager::start(pod_cri, pod_settings);
-    let cri = Cri::new(rt);
+    // Prometheus metrics: every call is counted by the layer whether or not /metrics is
+    // served, so that turning the listener on needs no other change.
+    let metrics = peapod_metrics::Metrics::new().context("metrics")?;
+    let metrics_task = if rt.config.metrics.address.is_empty() {
+        None
+    } else {
+        let state = std::sync::Arc::new(metrics::DaemonState(rt.clone()));
+        let (addr, task) =
+            peapod_metrics::serve(&rt.config.metrics.address, metrics.clone(), Some(state))
+                .await
+                .with_context(|| format!("listen for metrics on {}", rt.config.metrics.address))?;
+        tracing::info!(address = %addr, "serving metrics at /metrics");
+        Some(task)
+    };
+    let cri = Cri::new(rt, metrics.clone());
     // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
     let incoming = peapod_uds::incoming(listener);
     tonic::transport::Server::builder()
+        .layer(peapod_metrics::GrpcMetricsLayer::new(metrics))
         .add_service(RuntimeServiceServer::new(cri.clone()))
         .add_service(ImageServiceServer::new(cri))
         .add_service(peapod_pod::service::PodsService::new(pods).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .context("CRI server")?;
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
     let _ = std::fs::remove_file(socket);
     Ok(())
 }
@@ -418,7 +438,10 @@ impl ImageService for Cri {
         &self,
         r: Request<cri::PullImageRequest>,
     ) -> RpcResult<cri::PullImageResponse> {
-        rpc("PullImage", r, |req| image::pull(&self.rt, req)).await
+        rpc("PullImage", r, |req| {
+            image::pull(&self.rt, &self.metrics, req)
+        })
+        .await
     }
     async fn remove_image(
         &self,

@@ -67,7 +67,7 @@ impl Harness {
             network,
             host,
             images,
-            cri: Cri::new(rt.clone()),
+            cri: Cri::new(rt.clone(), peapod_metrics::Metrics::new().expect("metrics")),
             rt,
         }
     }
