@@ -257,6 +257,9 @@ impl Supervisor {
             );
             return false;
         }
+        if qos_class(self.rec.spec()) == crate::resources::QosClass::BestEffort {
+            cgroup::set_besteffort_shares(&self.settings.cgroup_root, &self.settings.cgroup_parent);
+        }
         self.rec.cgroup = Some(path);
         self.save();
         match self.cri.run_pod_sandbox(self.sandbox_config()).await {
@@ -1035,7 +1038,13 @@ impl Supervisor {
             .clone()
             .unwrap_or_else(|| self.cgroup_path());
         let root = self.settings.cgroup_root.clone();
-        let removed = tokio::task::spawn_blocking(move || cgroup::remove(&root, &path)).await;
+        let parent = self.settings.cgroup_parent.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            let r = cgroup::remove(&root, &path);
+            cgroup::prune_empty_parents(&root, &path, &parent);
+            r
+        })
+        .await;
         if let Ok(Err(e)) = removed {
             tracing::warn!(error = %e, "removing the pod cgroup");
         }

@@ -373,6 +373,8 @@ async fn init_container_fills_an_emptydir_guaranteed_cgroups_and_delete_removes_
     assert!(!e.pod_cgroup("memory", &pod).exists());
     assert!(!pod_dir.exists(), "{} left behind", pod_dir.display());
     assert!(!e.d.root.join("pods/default/war").exists());
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -831,4 +833,6 @@ async fn burstable_and_besteffort_pods_get_the_kubelets_cgroup_values() {
     e.delete("burst").await;
     e.delete("besteffort").await;
     assert!(!pod_cpu.exists() && !be_cpu.exists());
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
