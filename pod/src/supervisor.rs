@@ -918,9 +918,13 @@ impl Supervisor {
                 .termination_grace_period_seconds
                 .unwrap_or(30)
         });
+        self.rec.deleting = Some(grace);
+        self.rec.pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        self.rec.pod.metadata.deletion_grace_period_seconds = Some(grace);
+        self.save();
         {
             let mut v = self.view.lock().unwrap_or_else(|e| e.into_inner());
-            v.pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+            v.pod.metadata.deletion_timestamp = self.rec.pod.metadata.deletion_timestamp.clone();
             v.pod.metadata.deletion_grace_period_seconds = Some(grace);
         }
         self.stop_probes();

@@ -353,8 +353,8 @@ async fn a_restarted_manager_adopts_stored_pods_and_keeps_supervising() {
     let before = t.until("p", "running", |p| phase(p) == "Running").await;
     let uid = before["metadata"]["uid"].clone();
     // The daemon stops: a new manager loads the records and finds the CRI objects by label.
+    t.m.stop();
     let m2 = Manager::start(t.cri.clone(), t.settings.clone());
-    drop(t.m.clone());
     let p = json(&m2.get("default", "p").unwrap());
     assert_eq!(p["metadata"]["uid"], uid);
     assert!(m2
@@ -413,4 +413,32 @@ async fn sidecars_start_before_apps_and_stop_after_them() {
             .unwrap()
     };
     assert!(pos(&app) < pos(&sidecar), "{calls:?}");
+}
+
+#[tokio::test]
+async fn a_delete_interrupted_by_a_daemon_stop_is_finished_after_restart() {
+    let t = setup();
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: x, image: img:1}\n").await;
+    t.until("p", "running", |p| phase(p) == "Running").await;
+    // As if the daemon died right after persisting the delete request.
+    t.m.stop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut rec: crate::record::PodRecord = serde_json::from_slice(
+        &std::fs::read(t.settings.pods_dir.join("default/p/record.json")).unwrap(),
+    )
+    .unwrap();
+    rec.deleting = Some(0);
+    crate::store::Store::new(&t.settings.pods_dir)
+        .save(&rec)
+        .unwrap();
+    let m2 = Manager::start(t.cri.clone(), t.settings.clone());
+    let t0 = Instant::now();
+    while m2.get("default", "p").is_ok() || !t.cri.st().sandboxes.is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the delete was not finished"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!t.settings.pods_dir.join("default/p").exists());
 }
