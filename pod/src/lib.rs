@@ -43,8 +43,9 @@
 //!
 //! Ephemeral containers, in-place resize, postStart hooks, startup/readiness gates beyond
 //! containers, HTTPS probes, configMap/secret/projected/PVC volumes (refused: there is no API
-//! server), a sandbox that dies is not re-created, the systemd cgroup driver for the pod
-//! cgroup (cgroupfs layout only), and hugepages/ephemeral-storage accounting.
+//! server), the systemd cgroup driver for the pod
+//! cgroup (cgroupfs layout only), hugepages/ephemeral-storage accounting, and the Burstable
+//! QoS cgroup's summed shares (BestEffort's are set to 2).
 
 pub mod admission;
 pub mod cgroup;

@@ -197,6 +197,12 @@ impl Supervisor {
         if !self.ensure_sandbox().await {
             return;
         }
+        if self.sandbox_died().await {
+            self.recreate_sandbox().await;
+            if !self.ensure_sandbox().await {
+                return;
+            }
+        }
         self.observe().await;
         if let Some(p) = self.current_phase() {
             if p == "Succeeded" || p == "Failed" {
@@ -282,6 +288,69 @@ impl Supervisor {
                 false
             }
         }
+    }
+
+    async fn sandbox_died(&self) -> bool {
+        let Some(id) = &self.rec.sandbox_id else {
+            return false;
+        };
+        // A Never pod is not run again: its killed containers make it Failed instead.
+        if self.restart_policy() == "Never" {
+            return false;
+        }
+        // An error answering is not a death: only a clear "not ready" is.
+        matches!(self.cri.pod_sandbox_ready(id).await, Ok(false))
+    }
+
+    /// The kubelet's answer to a dead sandbox: kill the pod's containers, make a new sandbox
+    /// and run everything again in it (init containers too), each as its next attempt.
+    async fn recreate_sandbox(&mut self) {
+        self.event(
+            "Normal",
+            "SandboxChanged",
+            None,
+            "Pod sandbox changed, it will be killed and re-created.".into(),
+        );
+        self.stop_probes();
+        self.observe().await;
+        let grace = self
+            .rec
+            .spec()
+            .termination_grace_period_seconds
+            .unwrap_or(30);
+        let running: Vec<String> = self
+            .rec
+            .containers
+            .values()
+            .filter(|r| r.observed.as_ref().map(|o| o.state) == Some(RunState::Running))
+            .filter_map(|r| r.id.clone())
+            .collect();
+        for id in running {
+            let _ = self.cri.stop_container(&id, grace).await;
+        }
+        self.observe().await;
+        if let Some(old) = self.rec.sandbox_id.take() {
+            let _ = self.cri.stop_pod_sandbox(&old).await;
+            // Removing the sandbox removes its containers; their exits stay in lastState.
+            if let Err(e) = self.cri.remove_pod_sandbox(&old).await {
+                tracing::warn!(sandbox = %old, error = %e, "RemovePodSandbox of a dead sandbox");
+            }
+        }
+        for r in self.rec.containers.values_mut() {
+            if r.id.is_none() {
+                continue;
+            }
+            if let Some(t) = current_termination(r) {
+                r.last_terminated = Some(t);
+            }
+            r.id = None;
+            r.previous_id = None;
+            r.observed = None;
+            r.waiting = None;
+            r.restart_count += 1;
+        }
+        self.rec.pod_ip.clear();
+        self.save();
     }
 
     /// Refreshes every current container's CRI state.

@@ -442,3 +442,28 @@ async fn a_delete_interrupted_by_a_daemon_stop_is_finished_after_restart() {
     }
     assert!(!t.settings.pods_dir.join("default/p").exists());
 }
+
+#[tokio::test]
+async fn a_dead_sandbox_is_recreated_and_init_containers_run_again() {
+    let t = setup();
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  initContainers:\n  - {name: i, image: img:1}\n  containers:\n  - {name: x, image: img:1}\n").await;
+    t.cri.st().exit_on_start.insert("i".into(), 0);
+    t.until("p", "running", |p| phase(p) == "Running").await;
+    // The infra container dies.
+    {
+        let mut st = t.cri.st();
+        for s in st.sandboxes.values_mut() {
+            s.1 = 1;
+        }
+    }
+    let p = t
+        .until("p", "running in a new sandbox", |p| {
+            restarts(p) >= 1 && phase(p) == "Running"
+        })
+        .await;
+    assert_eq!(p["status"]["initContainerStatuses"][0]["restartCount"], 1);
+    assert!(t.reasons("p").contains(&"SandboxChanged".into()));
+    let st = t.cri.st();
+    assert_eq!(st.sandboxes.len(), 1, "the dead sandbox is removed");
+    assert!(st.sandboxes.values().all(|s| s.1 == 0));
+}
