@@ -373,14 +373,9 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
             )),
         )
     };
-    conditions.push(condition(
-        rec,
-        "ContainersReady",
-        ready,
-        reason,
-        message.clone(),
-    ));
-    conditions.push(condition(rec, "Ready", ready, reason, message));
+    // The order `kubectl get pod -o yaml` shows.
+    conditions.push(condition(rec, "Ready", ready, reason, message.clone()));
+    conditions.push(condition(rec, "ContainersReady", ready, reason, message));
     conditions.push(condition(rec, "PodScheduled", true, None, None));
     let pod_ip = (!rec.pod_ip.is_empty()).then(|| rec.pod_ip.clone());
     PodStatus {
