@@ -123,7 +123,8 @@ fn container_status(
         container_id: r.id.as_ref().map(|id| format!("peapod://{id}")),
         state: Some(state),
         last_state: Some(last.as_ref().map(terminated_state).unwrap_or_default()),
-        ready: running && r.ready,
+        // Nothing is ready before its startup probe passed.
+        ready: running && r.started && r.ready,
         started: Some(running && r.started),
         restart_count: r.restart_count,
         ..Default::default()

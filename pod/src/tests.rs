@@ -467,3 +467,21 @@ async fn a_dead_sandbox_is_recreated_and_init_containers_run_again() {
     assert_eq!(st.sandboxes.len(), 1, "the dead sandbox is removed");
     assert!(st.sandboxes.values().all(|s| s.1 == 0));
 }
+
+#[tokio::test]
+async fn a_failing_startup_probe_kills_and_holds_back_readiness() {
+    let t = setup();
+    t.cri.st().exec_exit.insert("x".into(), 1);
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: x\n    image: img:1\n    startupProbe: {exec: {command: [check]}, periodSeconds: 1, failureThreshold: 1}\n").await;
+    let p = t.until("p", "running", |p| phase(p) == "Running").await;
+    assert_eq!(p["status"]["containerStatuses"][0]["started"], false);
+    assert!(!ready(&p), "not ready before the startup probe passes");
+    t.until("p", "restarted", |p| restarts(p) >= 1).await;
+    let events = t.m.events("default", "p").unwrap();
+    assert!(events.iter().any(
+        |e| e.message.as_deref() == Some("Container x failed startup probe, will be restarted")
+    ));
+    t.cri.st().exec_exit.insert("x".into(), 0);
+    let p = t.until("p", "started and ready", ready).await;
+    assert_eq!(p["status"]["containerStatuses"][0]["started"], true);
+}
