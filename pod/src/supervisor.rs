@@ -929,12 +929,30 @@ impl Supervisor {
                 continue;
             };
             let running = r.observed.as_ref().map(|o| o.state) == Some(RunState::Running);
-            if let (true, false, Some(id)) = (running, r.killing, r.id.as_ref()) {
-                // Readiness is proven again by the probe, as after a kubelet restart.
-                if c.readiness_probe.is_some() {
-                    self.rec.container(&c.name).ready = false;
+            match (running, r.killing, r.id.as_ref()) {
+                (true, false, Some(id)) => {
+                    // Readiness is proven again by the probe, as after a kubelet restart.
+                    if c.readiness_probe.is_some() {
+                        self.rec.container(&c.name).ready = false;
+                    }
+                    self.start_probes(&c, id);
                 }
-                self.start_probes(&c, id);
+                // The previous daemon was killing it when it died: finish the kill.
+                (true, true, Some(id)) => {
+                    let grace = self
+                        .rec
+                        .spec()
+                        .termination_grace_period_seconds
+                        .unwrap_or(30);
+                    let cri = self.cri.clone();
+                    let id = id.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = cri.stop_container(&id, grace).await {
+                            tracing::warn!(container = %id, error = %e, "StopContainer of an adopted kill");
+                        }
+                    });
+                }
+                _ => {}
             }
         }
         tracing::info!(pod = %self.rec.name(), "pod re-adopted");
