@@ -413,7 +413,13 @@ impl Supervisor {
                     }
                     return false;
                 }
-                Some((RunState::Created | RunState::Unknown, _)) => return false,
+                // Created but never started (a failed start, or a daemon that died between
+                // the two): a new attempt, after the back-off.
+                Some((RunState::Created, _)) => {
+                    self.start(c, true).await;
+                    return false;
+                }
+                Some((RunState::Unknown, _)) => return false,
                 Some((RunState::Exited, code)) => {
                     if !restartable && code == 0 {
                         continue;
@@ -446,6 +452,7 @@ impl Supervisor {
                         self.restart(c).await;
                     }
                 }
+                Some((RunState::Created, _)) => self.start(c, true).await,
                 Some(_) => {}
             }
         }
@@ -602,6 +609,12 @@ impl Supervisor {
 
     /// Creates and starts the container's next attempt.
     async fn start(&mut self, c: &Container, is_restart: bool) {
+        // After a failed create or start, the next try waits out its back-off.
+        if self.rec.container(&c.name).start_failures > 0
+            && now_ms() < self.rec.container(&c.name).not_before_ms
+        {
+            return;
+        }
         if self.ensure_image(c).await.is_none() {
             return;
         }
@@ -633,10 +646,7 @@ impl Supervisor {
         {
             Ok(id) => id,
             Err(e) => {
-                self.rec.container(&c.name).waiting = Some(Waiting {
-                    reason: "CreateContainerError".into(),
-                    message: e.message().to_string(),
-                });
+                self.start_failed(&c.name, "CreateContainerError", e.message());
                 self.event(
                     "Warning",
                     "Failed",
@@ -655,7 +665,10 @@ impl Supervisor {
                 None
             };
             if had_attempt {
-                r.last_terminated = current_termination(r);
+                // An attempt that never ran leaves the last real exit in place.
+                if let Some(t) = current_termination(r) {
+                    r.last_terminated = Some(t);
+                }
                 r.previous_id = r.id.take();
             }
             r.restart_count = attempt;
@@ -688,6 +701,7 @@ impl Supervisor {
         );
         match self.cri.start_container(&id).await {
             Ok(()) => {
+                self.rec.container(&c.name).start_failures = 0;
                 self.event(
                     "Normal",
                     "Started",
@@ -729,10 +743,7 @@ impl Supervisor {
                 self.start_probes(c, &id);
             }
             Err(e) => {
-                self.rec.container(&c.name).waiting = Some(Waiting {
-                    reason: "RunContainerError".into(),
-                    message: e.message().to_string(),
-                });
+                self.start_failed(&c.name, "RunContainerError", e.message());
                 self.event(
                     "Warning",
                     "Failed",
@@ -742,6 +753,19 @@ impl Supervisor {
             }
         }
         self.publish();
+    }
+
+    /// Shows the failure and backs off the next try like a crash.
+    fn start_failed(&mut self, name: &str, reason: &str, message: &str) {
+        let base = self.settings.backoff_base.as_millis() as i64;
+        let max = self.settings.max_backoff().as_millis() as i64;
+        let r = self.rec.container(name);
+        r.start_failures += 1;
+        r.not_before_ms = now_ms() + (base << (r.start_failures - 1).min(10)).min(max);
+        r.waiting = Some(Waiting {
+            reason: reason.into(),
+            message: message.into(),
+        });
     }
 
     // ---- probes -----------------------------------------------------------------------------
