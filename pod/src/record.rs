@@ -83,6 +83,11 @@ pub struct PodRecord {
     pub cgroup: Option<String>,
     pub containers: BTreeMap<String, ContainerRecord>,
     pub events: Vec<Event>,
+    /// RunPodSandbox failures in a row, and no new try before this time (unix ms).
+    #[serde(default)]
+    pub sandbox_failures: u32,
+    #[serde(default)]
+    pub sandbox_not_before_ms: i64,
     /// Admission refused the pod: (reason, message). Nothing was created.
     pub rejection: Option<(String, String)>,
     /// The pod finished (Succeeded/Failed) and its sandbox was stopped.
