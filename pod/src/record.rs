@@ -96,6 +96,9 @@ pub struct PodRecord {
     pub final_phase: Option<String>,
     /// A graceful delete was asked with this grace period; a restarted daemon finishes it.
     pub deleting: Option<i64>,
+    /// Why a pod the kubelet itself ended is Failed: (reason, message), e.g. DeadlineExceeded.
+    #[serde(default)]
+    pub terminal_reason: Option<(String, String)>,
     /// Condition type → (status, lastTransitionTime).
     pub condition_times: BTreeMap<String, (String, String)>,
 }

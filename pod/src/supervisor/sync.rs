@@ -11,6 +11,14 @@ impl Supervisor {
         {
             return;
         }
+        if self.deadline_exceeded() {
+            let msg = "Pod was active on the node longer than the specified deadline";
+            self.event("Warning", "DeadlineExceeded", None, msg.into());
+            self.rec.final_phase = Some("Failed".into());
+            self.rec.terminal_reason = Some(("DeadlineExceeded".into(), msg.into()));
+            self.finish().await;
+            return;
+        }
         if !self.ensure_sandbox().await {
             return;
         }
@@ -30,6 +38,23 @@ impl Supervisor {
         if self.sync_init().await {
             self.sync_apps().await;
         }
+    }
+
+    /// spec.activeDeadlineSeconds has passed since the pod started.
+    fn deadline_exceeded(&self) -> bool {
+        let Some(deadline) = self.rec.spec().active_deadline_seconds else {
+            return false;
+        };
+        let Some(start) = self
+            .rec
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+        else {
+            return false;
+        };
+        now_ms() - start.0.as_millisecond() > deadline.saturating_mul(1000)
     }
 
     pub(super) fn current_phase(&mut self) -> Option<String> {
