@@ -9,7 +9,8 @@
 //! [`admission`], [`cgroup`] (the pod cgroup, v1 and v2), [`volumes`], [`mod@env`],
 //! [`cri_config`] (sandbox and container configs), [`probe`] and [`grpc_health`],
 //! [`record`] (per-pod state and events), [`status`] (phase, conditions, container states),
-//! [`store`] (atomic persistence), [`supervisor`] (one task per pod), [`manager`] (apply,
+//! [`store`] (atomic persistence), [`termination`] (termination messages), [`supervisor`]
+//! (one task per pod), [`manager`] (apply,
 //! get, list, delete, events, re-adoption).
 //!
 //! ## The Pod JSON, where Kubernetes leaves a choice
@@ -66,7 +67,8 @@
 //! - getPhase and the conditions PodScheduled, PodReadyToStartContainers, Initialized,
 //!   ContainersReady, Ready; activeDeadlineSeconds (Failed, DeadlineExceeded).
 //! - A sandbox that dies is re-created and the pod runs again in it (init containers too);
-//!   volumes: emptyDir (Memory: tmpfs with sizeLimit), hostPath with type checks; env value
+//!   volumes: emptyDir (Memory: tmpfs with sizeLimit), hostPath with type checks; termination
+//!   messages (terminationMessagePath, FallbackToLogsOnError); env value
 //!   with `$(VAR)` expansion and fieldRef; hostPort port mappings; namespaces options.
 //!
 //! ## Kubelet rules left out
@@ -96,6 +98,7 @@ pub mod settings;
 pub mod status;
 pub mod store;
 pub mod supervisor;
+pub mod termination;
 pub mod validate;
 pub mod volumes;
 

@@ -57,6 +57,29 @@ impl Supervisor {
         now_ms() - start.0.as_millisecond() > deadline.saturating_mul(1000)
     }
 
+    /// What the exited attempt left at its terminationMessagePath (or its log's tail).
+    fn termination_message(&self, name: &str, s: &cri::ContainerStatus) -> String {
+        let Some(c) = self.container_spec(name) else {
+            return String::new();
+        };
+        if c.termination_message_path
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+        {
+            return String::new();
+        }
+        let attempt = s.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
+        let file = crate::termination::host_file(&self.pod_dir(), name, attempt);
+        let log = self
+            .pod_dir()
+            .join("logs")
+            .join(name)
+            .join(format!("{attempt}.log"));
+        let fallback = c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+        crate::termination::message(&file, &log, s.exit_code, fallback)
+    }
+
     pub(super) fn current_phase(&mut self) -> Option<String> {
         if let Some(p) = &self.rec.final_phase {
             return Some(p.clone());
@@ -214,8 +237,12 @@ impl Supervisor {
             };
             match self.cri.container_status(&id).await {
                 Ok(s) => {
+                    let mut obs = observed_from(&s);
+                    if obs.state == RunState::Exited && obs.message.is_empty() {
+                        obs.message = self.termination_message(&name, &s);
+                    }
                     let r = self.rec.container(&name);
-                    r.observed = Some(observed_from(&s));
+                    r.observed = Some(obs);
                     if !s.image_ref.is_empty() {
                         r.image_id = s.image_ref.clone();
                     }
