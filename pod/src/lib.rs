@@ -10,8 +10,7 @@
 //! [`cri_config`] (sandbox and container configs), [`probe`] and [`grpc_health`],
 //! [`record`] (per-pod state and events), [`status`] (phase, conditions, container states),
 //! [`store`] (atomic persistence), [`termination`] (termination messages), [`supervisor`]
-//! (one task per pod), [`manager`] (apply,
-//! get, list, delete, events, re-adoption).
+//! (one task per pod), [`manager`] (apply, get, list, delete, events, re-adoption).
 //!
 //! ## The Pod JSON, where Kubernetes leaves a choice
 //!
