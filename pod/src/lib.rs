@@ -43,7 +43,8 @@
 //!
 //! - Admission: effective requests (app containers summed, restartable init containers added,
 //!   each other init container with the sidecars before it as a floor, plus overhead) against
-//!   allocatable less admitted pods (`OutOfcpu`/`OutOfmemory`); nodeSelector (`NodeAffinity`).
+//!   allocatable less admitted pods (`OutOfcpu`/`OutOfmemory`); nodeSelector and required
+//!   node affinity (In, NotIn, Exists, DoesNotExist, Gt, Lt; matchFields) (`NodeAffinity`).
 //! - QoS class from every container (init ones included); the pod cgroup
 //!   `kubepods[/burstable|/besteffort]/pod<uid>` with ResourceConfigForPod's values; container
 //!   cpu shares/quota/period and memory limit (calculateLinuxResources); oom_score_adj by QoS,
