@@ -222,7 +222,7 @@ impl Supervisor {
                     format!("Started container {}", c.name),
                 );
                 if let Ok(s) = self.cri.container_status(&id).await {
-                    self.rec.container(&c.name).observed = Some(observed_from(&s));
+                    self.record_status(&c.name, &s);
                 }
                 if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.clone()) {
                     // As the kubelet: a failed postStart hook kills the container.

@@ -57,6 +57,19 @@ impl Supervisor {
         now_ms() - start.0.as_millisecond() > deadline.saturating_mul(1000)
     }
 
+    /// Takes a ContainerStatus in: the state, and the termination message of an exit.
+    pub(super) fn record_status(&mut self, name: &str, s: &cri::ContainerStatus) {
+        let mut obs = observed_from(s);
+        if obs.state == RunState::Exited && obs.message.is_empty() {
+            obs.message = self.termination_message(name, s);
+        }
+        let r = self.rec.container(name);
+        r.observed = Some(obs);
+        if !s.image_ref.is_empty() {
+            r.image_id = s.image_ref.clone();
+        }
+    }
+
     /// What the exited attempt left at its terminationMessagePath (or its log's tail).
     fn termination_message(&self, name: &str, s: &cri::ContainerStatus) -> String {
         let Some(c) = self.container_spec(name) else {
@@ -132,6 +145,12 @@ impl Supervisor {
             );
             return false;
         }
+        cgroup::set_node_allocatable(
+            &self.settings.cgroup_root,
+            &self.settings.cgroup_parent,
+            self.settings.allocatable.cpu_milli,
+            self.settings.allocatable.memory,
+        );
         if qos_class(self.rec.spec()) == crate::resources::QosClass::BestEffort {
             cgroup::set_besteffort_shares(&self.settings.cgroup_root, &self.settings.cgroup_parent);
         }
@@ -236,17 +255,7 @@ impl Supervisor {
                 continue;
             };
             match self.cri.container_status(&id).await {
-                Ok(s) => {
-                    let mut obs = observed_from(&s);
-                    if obs.state == RunState::Exited && obs.message.is_empty() {
-                        obs.message = self.termination_message(&name, &s);
-                    }
-                    let r = self.rec.container(&name);
-                    r.observed = Some(obs);
-                    if !s.image_ref.is_empty() {
-                        r.image_id = s.image_ref.clone();
-                    }
-                }
+                Ok(s) => self.record_status(&name, &s),
                 Err(e) if e.code() == Code::NotFound => {
                     // Gone behind our back: the next sync makes a new one.
                     tracing::warn!(container = %name, %id, "container vanished; it will be created again");
