@@ -527,3 +527,20 @@ async fn active_deadline_fails_the_pod_and_stops_it() {
     .await;
     assert!(t.calls().iter().any(|c| c.starts_with("StopContainer")));
 }
+
+#[tokio::test]
+async fn the_burstable_cgroup_has_the_sum_of_its_pods_requests() {
+    let t = setup();
+    let pod = |name: &str, cpu: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - name: x\n    image: img:1\n    resources: {{requests: {{cpu: {cpu}}}}}\n")
+    };
+    t.apply(&pod("a", "250m")).await;
+    t.apply(&pod("b", "500m")).await;
+    t.until("b", "running", |p| phase(p) == "Running").await;
+    t.m.update_qos_cgroups();
+    let shares = t
+        .settings
+        .cgroup_root
+        .join("cpu/kubepods/burstable/cpu.shares");
+    assert_eq!(std::fs::read_to_string(&shares).unwrap(), "768");
+}
