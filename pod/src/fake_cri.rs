@@ -27,6 +27,10 @@ pub struct State {
     pub exit_on_start: HashMap<String, i32>,
     /// Exit code of ExecSync per container name (default 0).
     pub exec_exit: HashMap<String, i32>,
+    /// Container name → how many StartContainer calls fail before one succeeds.
+    pub fail_start: HashMap<String, u32>,
+    /// How many RunPodSandbox calls fail before one succeeds.
+    pub fail_sandbox: u32,
     pub images: BTreeSet<String>,
     pub pullable: BTreeSet<String>,
     pub pulls: Vec<String>,
@@ -81,6 +85,11 @@ impl FakeCri {
 impl CriApi for FakeCri {
     async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriResult<String> {
         let mut st = self.st();
+        st.calls.push("RunPodSandbox".into());
+        if st.fail_sandbox > 0 {
+            st.fail_sandbox -= 1;
+            return Err(Status::internal("plugin type=\"bridge\" failed (add)"));
+        }
         st.next += 1;
         let id = format!("sb{:04}", st.next);
         st.sandboxes.insert(id.clone(), (config, 0));
@@ -89,6 +98,9 @@ impl CriApi for FakeCri {
     }
     async fn pod_sandbox_ip(&self, _id: &str) -> CriResult<String> {
         Ok("10.0.0.7".into())
+    }
+    async fn pod_sandbox_ready(&self, id: &str) -> CriResult<bool> {
+        Ok(self.st().sandboxes.get(id).is_some_and(|s| s.1 == 0))
     }
     async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
         let mut st = self.st();
@@ -166,6 +178,17 @@ impl CriApi for FakeCri {
     async fn start_container(&self, id: &str) -> CriResult<()> {
         let mut st = self.st();
         let exits = st.exit_on_start.clone();
+        let name = st
+            .containers
+            .get(id)
+            .and_then(|c| c.config.metadata.as_ref().map(|m| m.name.clone()))
+            .unwrap_or_default();
+        if let Some(n) = st.fail_start.get_mut(&name) {
+            if *n > 0 {
+                *n -= 1;
+                return Err(Status::internal("runc: exec format error"));
+            }
+        }
         let c = st
             .containers
             .get_mut(id)

@@ -3,7 +3,7 @@
 //! ("within N seconds the pod reaches X"), never a timing assertion.
 
 use e2e::pods::{busybox, Images};
-use e2e::TestDaemon;
+use e2e::{DaemonOptions, TestDaemon};
 use peapod_proto::pods as api;
 use peapod_proto::pods::pods_client::PodsClient;
 use peapod_proto::v1 as cri;
@@ -26,18 +26,18 @@ struct Env {
 /// A daemon whose `[pods]` table puts pod cgroups under the test's own parent; `extra` adds
 /// keys to that table.
 async fn env(name: &str, extra: &str) -> Env {
-    let mut d = TestDaemon::start(name).await;
+    let d = TestDaemon::start_with(
+        name,
+        DaemonOptions {
+            extra_config: format!(
+                "[pods]\nnode_name = \"e2e-node\"\ncgroup_parent = \"{{cgroup_parent}}/kubepods\"\nrestart_backoff_base_seconds = 1\nsync_period_ms = 250\n{extra}\n"
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
     let images = Images::start();
     let image = images.push("busybox:pods", &busybox());
-    // The cgroup parent is known only once the daemon has its slot: add [pods] and restart.
-    let cfg = d.dir.join("config.toml");
-    let mut text = std::fs::read_to_string(&cfg).unwrap();
-    text.push_str(&format!(
-        "\n[pods]\nnode_name = \"e2e-node\"\ncgroup_parent = \"{}/kubepods\"\nrestart_backoff_base_seconds = 1\nsync_period_ms = 250\n{extra}\n",
-        d.cgroup_parent
-    ));
-    std::fs::write(&cfg, text).unwrap();
-    d.restart().await;
     let channel = peapod::client::channel(&d.socket).await.unwrap();
     Env {
         d,
@@ -373,6 +373,8 @@ async fn init_container_fills_an_emptydir_guaranteed_cgroups_and_delete_removes_
     assert!(!e.pod_cgroup("memory", &pod).exists());
     assert!(!pod_dir.exists(), "{} left behind", pod_dir.display());
     assert!(!e.d.root.join("pods/default/war").exists());
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,7 +396,7 @@ metadata: {name: broken}
 spec:
   restartPolicy: Never
   initContainers:
-  - {name: setup, image: IMAGE, command: [sh, -c, "exit 3"]}
+  - {name: setup, image: IMAGE, command: [sh, -c, "echo 'no config found' > /dev/termination-log; exit 3"]}
   containers:
   - {name: app, image: IMAGE, command: [sleep, "3600"]}
 "#,
@@ -415,6 +417,8 @@ spec:
     let setup = status_of(&broken, "initContainerStatuses", "setup");
     assert_eq!(setup["state"]["terminated"]["exitCode"], 3);
     assert_eq!(setup["state"]["terminated"]["reason"], "Error");
+    // The termination message file, as the kubelet mounts and reads it.
+    assert_eq!(setup["state"]["terminated"]["message"], "no config found\n");
     let app = status_of(&broken, "containerStatuses", "app");
     assert!(app["state"]["waiting"].is_object(), "{app}");
     let uid = broken["metadata"]["uid"].as_str().unwrap().to_string();
@@ -818,6 +822,25 @@ async fn burstable_and_besteffort_pods_get_the_kubelets_cgroup_values() {
     );
     assert_eq!(read(&pod_cpu.join("cpu.shares")), "256");
     assert_eq!(read(&pod_cpu.join("cpu.cfs_quota_us")), "-1");
+    // The QoS level: burstable/ carries the sum of its pods' requests (the QoS manager updates
+    // it within seconds), besteffort/ the minimum, kubepods the node's allocatable CPU.
+    let burstable = pod_cpu.parent().unwrap().to_path_buf();
+    let t0 = Instant::now();
+    while read(&burstable.join("cpu.shares")) != "256" {
+        assert!(
+            t0.elapsed() < WAIT,
+            "burstable cpu.shares {}",
+            read(&burstable.join("cpu.shares"))
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let kubepods = burstable.parent().unwrap().to_path_buf();
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(
+        read(&kubepods.join("cpu.shares")),
+        (cpus * 1024).to_string()
+    );
+    assert_eq!(read(&kubepods.join("besteffort/cpu.shares")), "2");
     let be_cpu = e.pod_cgroup("cpu", &be);
     assert!(
         be_cpu
@@ -831,4 +854,115 @@ async fn burstable_and_besteffort_pods_get_the_kubelets_cgroup_values() {
     e.delete("burst").await;
     e.delete("besteffort").await;
     assert!(!pod_cpu.exists() && !be_cpu.exists());
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+const SANDBOX_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: phoenix}
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: count
+    image: IMAGE
+    command: [sh, -c, "echo run >> /data/runs"]
+    volumeMounts: [{name: data, mountPath: /data}]
+  containers:
+  - name: app
+    image: IMAGE
+    command: [sleep, "3600"]
+    volumeMounts: [{name: data, mountPath: /data}]
+  volumes:
+  - {name: data, emptyDir: {}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_sandbox_is_recreated_and_the_pod_runs_again_in_it() {
+    let mut e = env("pods-sandbox", "").await;
+    e.apply(SANDBOX_POD).await.unwrap();
+    let pod = e
+        .wait_for("phoenix", "Ready", |p| condition(p, "Ready") == "True")
+        .await;
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let old = e.sandboxes_of(&uid).await;
+    assert_eq!(old.len(), 1);
+    // Kill the pause process: the sandbox is no longer ready.
+    let procs = e
+        .pod_cgroup("pids", &pod)
+        .join(&old[0].id)
+        .join("cgroup.procs");
+    let pids = read(&procs);
+    for pid in pids.split_whitespace() {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+    }
+    let pod = e
+        .wait_for("phoenix", "running again in a new sandbox", |p| {
+            condition(p, "Ready") == "True"
+                && p["status"]["containerStatuses"][0]["restartCount"].as_i64() == Some(1)
+        })
+        .await;
+    assert_eq!(
+        status_of(&pod, "initContainerStatuses", "count")["restartCount"],
+        1
+    );
+    let now = e.sandboxes_of(&uid).await;
+    assert_eq!(now.len(), 1, "the dead sandbox is removed");
+    assert_ne!(now[0].id, old[0].id);
+    assert!(pod["status"]["podIP"].is_string());
+    let events = e.events("phoenix").await;
+    assert!(
+        events.iter().any(|ev| ev["reason"] == "SandboxChanged"),
+        "{events:?}"
+    );
+    // The emptyDir outlived the sandbox; the init container ran once in each.
+    let app = cri_id(status_of(&pod, "containerStatuses", "app"));
+    assert_eq!(e.exec(&app, "cat /data/runs").await, "run\nrun");
+    e.delete("phoenix").await;
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_port_reaches_the_pod() {
+    let mut e = env("pods-hostport", "").await;
+    let host_port = 18080 + e.d.slot.n as u16;
+    let manifest = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: hp}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: server
+    image: IMAGE
+    command: [sh, -c, "mkdir -p /www && echo through-the-host > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    ports: [{{containerPort: 8080, hostPort: {host_port}}}]
+    readinessProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 1}}
+"#
+    );
+    e.apply(&manifest).await.unwrap();
+    e.wait_for("hp", "Ready", |p| condition(p, "Ready") == "True")
+        .await;
+    // The host port on one of the host's own addresses (the bridge's gateway).
+    let addr = format!("{}:{host_port}", e.d.gateway);
+    let mut s = tokio::net::TcpStream::connect(&addr)
+        .await
+        .unwrap_or_else(|err| panic!("connect {addr}: {err}"));
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    assert!(
+        body.starts_with("HTTP/1.") && body.contains("through-the-host"),
+        "{body}"
+    );
+    e.delete("hp").await;
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
