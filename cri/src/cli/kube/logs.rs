@@ -270,28 +270,21 @@ async fn print_log(
     let mut inode = file.metadata()?.ino();
     let mut carry = Vec::new();
     loop {
-        file.seek(SeekFrom::Start(pos))?;
-        let mut chunk = Vec::new();
-        file.read_to_end(&mut chunk)?;
-        pos += chunk.len() as u64;
-        carry.extend_from_slice(&chunk);
-        if let Some(end) = carry.iter().rposition(|b| *b == b'\n') {
-            let lines: Vec<u8> = carry.drain(..=end).collect();
-            let mut out = std::io::stdout().lock();
-            for raw in String::from_utf8_lossy(&lines).lines() {
-                if let Some(l) = assembler.push(raw) {
-                    out.write_all(l.render(timestamps).as_bytes())?;
-                }
-            }
-            out.flush()?;
-        }
-        if !chunk.is_empty() {
+        let read = read_new(&mut file, &mut pos, &mut carry)?;
+        emit_complete(&mut carry, &mut assembler, timestamps)?;
+        if read > 0 {
             continue;
         }
-        // At the end: a rotated file (new inode, or truncated) is reopened from its start.
+        // At the end: a rotated file (a new one at the path, or this one truncated) is
+        // followed from its start, once what the old one still held has been read: the shim
+        // writes to the new file only, once it exists.
         if let Ok(meta) = std::fs::metadata(path) {
             if meta.ino() != inode || meta.len() < pos {
                 if let Ok(f) = std::fs::File::open(path) {
+                    if meta.ino() != inode {
+                        read_new(&mut file, &mut pos, &mut carry)?;
+                        emit_complete(&mut carry, &mut assembler, timestamps)?;
+                    }
                     file = f;
                     inode = meta.ino();
                     pos = 0;
@@ -305,16 +298,10 @@ async fn print_log(
             .unwrap_or(true);
         if exited {
             // One last read: output written just before the exit.
-            file.seek(SeekFrom::Start(pos))?;
-            let mut rest = Vec::new();
-            file.read_to_end(&mut rest)?;
-            carry.extend_from_slice(&rest);
+            read_new(&mut file, &mut pos, &mut carry)?;
+            carry.push(b'\n');
+            emit_complete(&mut carry, &mut assembler, timestamps)?;
             let mut out = std::io::stdout().lock();
-            for raw in String::from_utf8_lossy(&carry).lines() {
-                if let Some(l) = assembler.push(raw) {
-                    out.write_all(l.render(timestamps).as_bytes())?;
-                }
-            }
             for l in assembler.finish() {
                 out.write_all(l.render(timestamps).as_bytes())?;
             }
@@ -323,6 +310,39 @@ async fn print_log(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Appends what `file` holds past `pos` to `carry`; returns how many bytes that was.
+fn read_new(
+    file: &mut std::fs::File,
+    pos: &mut u64,
+    carry: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    file.seek(SeekFrom::Start(*pos))?;
+    let before = carry.len();
+    file.read_to_end(carry)?;
+    let n = carry.len() - before;
+    *pos += n as u64;
+    Ok(n)
+}
+
+/// Prints the complete lines at the front of `carry`, keeping an unfinished last one.
+fn emit_complete(
+    carry: &mut Vec<u8>,
+    assembler: &mut crilog::Assembler,
+    timestamps: bool,
+) -> std::io::Result<()> {
+    let Some(end) = carry.iter().rposition(|b| *b == b'\n') else {
+        return Ok(());
+    };
+    let lines: Vec<u8> = carry.drain(..=end).collect();
+    let mut out = std::io::stdout().lock();
+    for raw in String::from_utf8_lossy(&lines).lines() {
+        if let Some(l) = assembler.push(raw) {
+            out.write_all(l.render(timestamps).as_bytes())?;
+        }
+    }
+    out.flush()
 }
 
 #[cfg(test)]
