@@ -197,6 +197,10 @@ async fn war_pod_init_then_server_and_sidecar_share_volumes_and_localhost() {
         cells.contains(&ip.as_str()) && cells.contains(&"e2e-node"),
         "{row}"
     );
+    let named = peapod(&d, &["get", "pods", "-l", "app=war", "-o", "name"]).ok("get -l");
+    assert_eq!(named.stdout, "pod/war\n");
+    let none = peapod(&d, &["get", "pods", "-l", "app!=war"]).ok("get -l none");
+    assert_eq!(none.stderr, "No resources found in default namespace.\n");
     let describe = peapod(&d, &["describe", "pod", "war"]).ok("describe");
     for needle in [
         "Init Containers:\n  deploy-war:\n",

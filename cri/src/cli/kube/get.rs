@@ -16,6 +16,12 @@ pub struct GetArgs {
     /// Output format: wide, json, yaml or name.
     #[arg(short = 'o', long = "output")]
     pub output: Option<String>,
+    /// Only pods whose labels match (`k=v`, `k!=v`, `k`, `!k`, comma-separated).
+    #[arg(short = 'l', long = "selector")]
+    pub selector: Option<String>,
+    /// Add a LABELS column.
+    #[arg(long = "show-labels")]
+    pub show_labels: bool,
     /// Pods of every namespace.
     #[arg(short = 'A', long = "all-namespaces")]
     pub all_namespaces: bool,
@@ -55,6 +61,8 @@ pub async fn run(c: &mut Clients, a: GetArgs) -> anyhow::Result<()> {
         ))
         .into());
     }
+    let selector = super::selector::Selector::parse(a.selector.as_deref().unwrap_or(""))
+        .map_err(KubeError::Usage)?;
     let single = names.len() == 1;
     let mut pods = Vec::new();
     let mut missing = None;
@@ -96,6 +104,7 @@ pub async fn run(c: &mut Clients, a: GetArgs) -> anyhow::Result<()> {
             }
         }
     }
+    pods.retain(|p| selector.matches(p));
     match output {
         "json" if single && !pods.is_empty() => println!("{}", to_json(&pods[0])),
         "yaml" if single && !pods.is_empty() => print!("{}", yaml::to_yaml(&pods[0])),
@@ -121,7 +130,15 @@ pub async fn run(c: &mut Clients, a: GetArgs) -> anyhow::Result<()> {
         }
         _ => print!(
             "{}",
-            table::render(&pods, output == "wide", a.all_namespaces, time::now())
+            table::render(
+                &pods,
+                table::Columns {
+                    wide: output == "wide",
+                    namespace: a.all_namespaces,
+                    labels: a.show_labels,
+                },
+                time::now()
+            )
         ),
     }
     match missing {

@@ -11,6 +11,7 @@ pub mod exec;
 pub mod get;
 pub mod logs;
 pub mod manifest;
+pub mod selector;
 pub mod table;
 pub mod tabwriter;
 pub mod time;
