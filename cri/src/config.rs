@@ -363,6 +363,15 @@ impl Config {
         if self.runtime.path.is_empty() {
             return Err(ConfigError::Invalid("runtime.path is empty".into()));
         }
+        for (key, q) in [
+            ("pods.allocatable_cpu", &self.pods.allocatable_cpu),
+            ("pods.allocatable_memory", &self.pods.allocatable_memory),
+        ] {
+            if !q.is_empty() {
+                peapod_pod::quantity::validate(q)
+                    .map_err(|e| ConfigError::Invalid(format!("{key} {q:?}: {e}")))?;
+            }
+        }
         if !self.pods.cgroup_parent.starts_with('/') {
             return Err(ConfigError::Invalid(
                 "pods.cgroup_parent must be an absolute cgroup path".into(),
@@ -418,6 +427,11 @@ mod tests {
         assert_eq!(s.pods_dir, Path::new("/r/pods"));
         let bad = Config::parse("[pods]\nallocatable_cpu = \"lots\"\n").unwrap();
         assert!(bad.pods.settings(Path::new("/r")).is_err());
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("pods.allocatable_cpu"));
     }
 
     #[test]

@@ -111,21 +111,68 @@ fn create_v2(root: &Path, path: &str, values: &CgroupValues) -> io::Result<()> {
     Ok(())
 }
 
+/// `path` in every hierarchy mounted under `root`: the OCI runtime makes the pod's cgroups in
+/// all of them (blkio, devices, freezer, ... and the named ones), not only those we write.
+fn in_every_hierarchy(root: &Path, path: &str) -> Vec<PathBuf> {
+    if is_unified(root) {
+        return vec![dir(root, None, path)];
+    }
+    let mut out: Vec<PathBuf> = std::fs::read_dir(root)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .map(|p| p.join(path.trim_start_matches('/')))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
 /// Removes the pod cgroup (its children must be gone). Missing is fine.
 pub fn remove(root: &Path, path: &str) -> io::Result<()> {
-    let dirs: Vec<PathBuf> = if is_unified(root) {
-        vec![dir(root, None, path)]
-    } else {
-        V1_CONTROLLERS
-            .iter()
-            .map(|c| dir(root, Some(c), path))
-            .collect()
-    };
-    for d in dirs {
+    for d in in_every_hierarchy(root, path) {
         // Leftover child cgroups (containers runc left) go first, deepest first.
         remove_tree(&d)?;
     }
     Ok(())
+}
+
+/// Removes the now empty QoS-level cgroups between the pod cgroup `path` and `parent`
+/// (`kubepods`), and `parent` itself when empty, so a node without pods leaves no cgroup
+/// behind. A directory still in use (another pod's) stays: rmdir refuses it.
+pub fn prune_empty_parents(root: &Path, path: &str, parent: &str) {
+    let parent = format!("/{}", parent.trim_matches('/'));
+    let mut cur = Path::new(path).parent().map(Path::to_path_buf);
+    while let Some(p) = cur {
+        let ps = p.to_string_lossy().to_string();
+        if !ps.starts_with(&parent) {
+            break;
+        }
+        for d in in_every_hierarchy(root, &ps) {
+            let _ = std::fs::remove_dir(d);
+        }
+        if ps == parent {
+            break;
+        }
+        cur = p.parent().map(Path::to_path_buf);
+    }
+}
+
+/// The BestEffort QoS cgroup gets the minimum cpu shares, as the kubelet's QoS manager sets.
+pub fn set_besteffort_shares(root: &Path, parent: &str) {
+    let path = format!("/{}/besteffort", parent.trim_matches('/'));
+    let (d, file, value) = if is_unified(root) {
+        (dir(root, None, &path), "cpu.weight", "1")
+    } else {
+        (dir(root, Some("cpu"), &path), "cpu.shares", "2")
+    };
+    if d.is_dir() {
+        if let Err(e) = write(&d, file, value) {
+            tracing::warn!(error = %e, "setting the besteffort cgroup's cpu shares");
+        }
+    }
 }
 
 fn remove_tree(d: &Path) -> io::Result<()> {
@@ -221,6 +268,25 @@ mod tests {
         remove(t.path(), "/kubepods/podu1").unwrap();
         assert!(!t.path().join("cpu/kubepods/podu1").exists());
         remove(t.path(), "/kubepods/podu1").unwrap();
+    }
+
+    #[test]
+    fn empty_qos_parents_are_pruned_but_busy_ones_stay() {
+        let t = tempfile::tempdir().unwrap();
+        for c in V1_CONTROLLERS {
+            std::fs::create_dir_all(t.path().join(c).join("a/kubepods/burstable/podu1")).unwrap();
+            std::fs::create_dir_all(t.path().join(c).join("a/kubepods/besteffort/podu2")).unwrap();
+        }
+        std::fs::remove_dir(t.path().join("cpu/a/kubepods/burstable/podu1")).unwrap();
+        prune_empty_parents(t.path(), "/a/kubepods/burstable/podu1", "/a/kubepods");
+        assert!(!t.path().join("cpu/a/kubepods/burstable").exists());
+        // besteffort still holds a pod, so kubepods stays; /a is above the parent.
+        assert!(t.path().join("cpu/a/kubepods/besteffort/podu2").is_dir());
+        std::fs::remove_dir(t.path().join("cpu/a/kubepods/besteffort/podu2")).unwrap();
+        prune_empty_parents(t.path(), "/a/kubepods/besteffort/podu2", "/a/kubepods");
+        assert!(!t.path().join("cpu/a/kubepods").exists());
+        assert!(t.path().join("cpu/a").is_dir());
+        set_besteffort_shares(t.path(), "/a/kubepods");
     }
 
     #[test]

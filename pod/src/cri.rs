@@ -19,6 +19,8 @@ pub trait CriApi: Send + Sync + 'static {
     async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriResult<String>;
     /// The sandbox's IP ("" when it has none, e.g. host network).
     async fn pod_sandbox_ip(&self, id: &str) -> CriResult<String>;
+    /// Whether the sandbox exists and is ready (its infra container runs).
+    async fn pod_sandbox_ready(&self, id: &str) -> CriResult<bool>;
     async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()>;
     async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()>;
     async fn list_pod_sandboxes(
@@ -125,6 +127,22 @@ impl CriApi for TonicCri {
             .and_then(|s| s.network)
             .map(|n| n.ip)
             .unwrap_or_default())
+    }
+
+    async fn pod_sandbox_ready(&self, id: &str) -> CriResult<bool> {
+        let r = self
+            .rt()
+            .await?
+            .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            })
+            .await;
+        match r {
+            Ok(r) => Ok(r.into_inner().status.is_some_and(|s| s.state == 0)),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(false),
+            Err(s) => Err(s),
+        }
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {

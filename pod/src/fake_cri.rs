@@ -90,6 +90,9 @@ impl CriApi for FakeCri {
     async fn pod_sandbox_ip(&self, _id: &str) -> CriResult<String> {
         Ok("10.0.0.7".into())
     }
+    async fn pod_sandbox_ready(&self, id: &str) -> CriResult<bool> {
+        Ok(self.st().sandboxes.get(id).is_some_and(|s| s.1 == 0))
+    }
     async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
         let mut st = self.st();
         st.calls.push(format!("StopPodSandbox {id}"));

@@ -41,10 +41,12 @@
 //!
 //! ## Kubelet rules left out
 //!
-//! Ephemeral containers, in-place resize, postStart hooks, startup/readiness gates beyond
-//! containers, HTTPS probes, configMap/secret/projected/PVC volumes (refused: there is no API
-//! server), a sandbox that dies is not re-created, the systemd cgroup driver for the pod
-//! cgroup (cgroupfs layout only), and hugepages/ephemeral-storage accounting.
+//! Ephemeral containers, in-place resize, readiness gates, HTTPS probes,
+//! configMap/secret/projected/PVC volumes and envFrom (refused: there is no API server), the
+//! systemd cgroup driver for the pod cgroup (cgroupfs layout only), hugepages and
+//! ephemeral-storage accounting, node-allocatable limits on `kubepods`, the Burstable QoS
+//! cgroup's summed shares (BestEffort's are set to 2), and garbage collection of exited
+//! containers beyond the one previous attempt kept per container.
 
 pub mod admission;
 pub mod cgroup;

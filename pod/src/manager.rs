@@ -94,9 +94,32 @@ impl Manager {
         let records = m.store.load_all();
         tracing::info!(pods = records.len(), "re-adopting stored pods");
         for rec in records {
+            let deleting = rec.deleting;
+            let key = (rec.namespace().to_string(), rec.name().to_string());
             m.spawn(rec, true);
+            // A delete the previous daemon did not finish is finished now.
+            if let Some(grace) = deleting {
+                if let Some(h) = m.lock().get(&key) {
+                    let _ = h.commands.send(Command::Delete {
+                        grace_seconds: Some(grace),
+                    });
+                }
+                let pods = m.pods.clone();
+                let mut done = m.lock().get(&key).map(|h| h.done.clone());
+                tokio::spawn(async move {
+                    if let Some(d) = done.as_mut() {
+                        let _ = d.wait_for(|d| *d).await;
+                    }
+                    pods.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                });
+            }
         }
         m
+    }
+
+    /// Stops supervising (the daemon is going away): every task ends, pods keep running.
+    pub fn stop(&self) {
+        self.lock().clear();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Handle>> {

@@ -86,6 +86,8 @@ pub struct PodRecord {
     pub sandbox_stopped: bool,
     /// Once Succeeded or Failed, the phase stays (stopping sidecars must not undo it).
     pub final_phase: Option<String>,
+    /// A graceful delete was asked with this grace period; a restarted daemon finishes it.
+    pub deleting: Option<i64>,
     /// Condition type → (status, lastTransitionTime).
     pub condition_times: BTreeMap<String, (String, String)>,
 }

@@ -123,7 +123,8 @@ fn container_status(
         container_id: r.id.as_ref().map(|id| format!("peapod://{id}")),
         state: Some(state),
         last_state: Some(last.as_ref().map(terminated_state).unwrap_or_default()),
-        ready: running && r.ready,
+        // Nothing is ready before its startup probe passed.
+        ready: running && r.started && r.ready,
         started: Some(running && r.started),
         restart_count: r.restart_count,
         ..Default::default()
@@ -373,14 +374,9 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
             )),
         )
     };
-    conditions.push(condition(
-        rec,
-        "ContainersReady",
-        ready,
-        reason,
-        message.clone(),
-    ));
-    conditions.push(condition(rec, "Ready", ready, reason, message));
+    // The order `kubectl get pod -o yaml` shows.
+    conditions.push(condition(rec, "Ready", ready, reason, message.clone()));
+    conditions.push(condition(rec, "ContainersReady", ready, reason, message));
     conditions.push(condition(rec, "PodScheduled", true, None, None));
     let pod_ip = (!rec.pod_ip.is_empty()).then(|| rec.pod_ip.clone());
     PodStatus {

@@ -197,6 +197,12 @@ impl Supervisor {
         if !self.ensure_sandbox().await {
             return;
         }
+        if self.sandbox_died().await {
+            self.recreate_sandbox().await;
+            if !self.ensure_sandbox().await {
+                return;
+            }
+        }
         self.observe().await;
         if let Some(p) = self.current_phase() {
             if p == "Succeeded" || p == "Failed" {
@@ -257,6 +263,9 @@ impl Supervisor {
             );
             return false;
         }
+        if qos_class(self.rec.spec()) == crate::resources::QosClass::BestEffort {
+            cgroup::set_besteffort_shares(&self.settings.cgroup_root, &self.settings.cgroup_parent);
+        }
         self.rec.cgroup = Some(path);
         self.save();
         match self.cri.run_pod_sandbox(self.sandbox_config()).await {
@@ -279,6 +288,69 @@ impl Supervisor {
                 false
             }
         }
+    }
+
+    async fn sandbox_died(&self) -> bool {
+        let Some(id) = &self.rec.sandbox_id else {
+            return false;
+        };
+        // A Never pod is not run again: its killed containers make it Failed instead.
+        if self.restart_policy() == "Never" {
+            return false;
+        }
+        // An error answering is not a death: only a clear "not ready" is.
+        matches!(self.cri.pod_sandbox_ready(id).await, Ok(false))
+    }
+
+    /// The kubelet's answer to a dead sandbox: kill the pod's containers, make a new sandbox
+    /// and run everything again in it (init containers too), each as its next attempt.
+    async fn recreate_sandbox(&mut self) {
+        self.event(
+            "Normal",
+            "SandboxChanged",
+            None,
+            "Pod sandbox changed, it will be killed and re-created.".into(),
+        );
+        self.stop_probes();
+        self.observe().await;
+        let grace = self
+            .rec
+            .spec()
+            .termination_grace_period_seconds
+            .unwrap_or(30);
+        let running: Vec<String> = self
+            .rec
+            .containers
+            .values()
+            .filter(|r| r.observed.as_ref().map(|o| o.state) == Some(RunState::Running))
+            .filter_map(|r| r.id.clone())
+            .collect();
+        for id in running {
+            let _ = self.cri.stop_container(&id, grace).await;
+        }
+        self.observe().await;
+        if let Some(old) = self.rec.sandbox_id.take() {
+            let _ = self.cri.stop_pod_sandbox(&old).await;
+            // Removing the sandbox removes its containers; their exits stay in lastState.
+            if let Err(e) = self.cri.remove_pod_sandbox(&old).await {
+                tracing::warn!(sandbox = %old, error = %e, "RemovePodSandbox of a dead sandbox");
+            }
+        }
+        for r in self.rec.containers.values_mut() {
+            if r.id.is_none() {
+                continue;
+            }
+            if let Some(t) = current_termination(r) {
+                r.last_terminated = Some(t);
+            }
+            r.id = None;
+            r.previous_id = None;
+            r.observed = None;
+            r.waiting = None;
+            r.restart_count += 1;
+        }
+        self.rec.pod_ip.clear();
+        self.save();
     }
 
     /// Refreshes every current container's CRI state.
@@ -857,12 +929,30 @@ impl Supervisor {
                 continue;
             };
             let running = r.observed.as_ref().map(|o| o.state) == Some(RunState::Running);
-            if let (true, false, Some(id)) = (running, r.killing, r.id.as_ref()) {
-                // Readiness is proven again by the probe, as after a kubelet restart.
-                if c.readiness_probe.is_some() {
-                    self.rec.container(&c.name).ready = false;
+            match (running, r.killing, r.id.as_ref()) {
+                (true, false, Some(id)) => {
+                    // Readiness is proven again by the probe, as after a kubelet restart.
+                    if c.readiness_probe.is_some() {
+                        self.rec.container(&c.name).ready = false;
+                    }
+                    self.start_probes(&c, id);
                 }
-                self.start_probes(&c, id);
+                // The previous daemon was killing it when it died: finish the kill.
+                (true, true, Some(id)) => {
+                    let grace = self
+                        .rec
+                        .spec()
+                        .termination_grace_period_seconds
+                        .unwrap_or(30);
+                    let cri = self.cri.clone();
+                    let id = id.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = cri.stop_container(&id, grace).await {
+                            tracing::warn!(container = %id, error = %e, "StopContainer of an adopted kill");
+                        }
+                    });
+                }
+                _ => {}
             }
         }
         tracing::info!(pod = %self.rec.name(), "pod re-adopted");
@@ -915,9 +1005,13 @@ impl Supervisor {
                 .termination_grace_period_seconds
                 .unwrap_or(30)
         });
+        self.rec.deleting = Some(grace);
+        self.rec.pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        self.rec.pod.metadata.deletion_grace_period_seconds = Some(grace);
+        self.save();
         {
             let mut v = self.view.lock().unwrap_or_else(|e| e.into_inner());
-            v.pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+            v.pod.metadata.deletion_timestamp = self.rec.pod.metadata.deletion_timestamp.clone();
             v.pod.metadata.deletion_grace_period_seconds = Some(grace);
         }
         self.stop_probes();
@@ -1035,7 +1129,13 @@ impl Supervisor {
             .clone()
             .unwrap_or_else(|| self.cgroup_path());
         let root = self.settings.cgroup_root.clone();
-        let removed = tokio::task::spawn_blocking(move || cgroup::remove(&root, &path)).await;
+        let parent = self.settings.cgroup_parent.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            let r = cgroup::remove(&root, &path);
+            cgroup::prune_empty_parents(&root, &path, &parent);
+            r
+        })
+        .await;
         if let Ok(Err(e)) = removed {
             tracing::warn!(error = %e, "removing the pod cgroup");
         }

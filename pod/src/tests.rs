@@ -353,8 +353,8 @@ async fn a_restarted_manager_adopts_stored_pods_and_keeps_supervising() {
     let before = t.until("p", "running", |p| phase(p) == "Running").await;
     let uid = before["metadata"]["uid"].clone();
     // The daemon stops: a new manager loads the records and finds the CRI objects by label.
+    t.m.stop();
     let m2 = Manager::start(t.cri.clone(), t.settings.clone());
-    drop(t.m.clone());
     let p = json(&m2.get("default", "p").unwrap());
     assert_eq!(p["metadata"]["uid"], uid);
     assert!(m2
@@ -413,4 +413,75 @@ async fn sidecars_start_before_apps_and_stop_after_them() {
             .unwrap()
     };
     assert!(pos(&app) < pos(&sidecar), "{calls:?}");
+}
+
+#[tokio::test]
+async fn a_delete_interrupted_by_a_daemon_stop_is_finished_after_restart() {
+    let t = setup();
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: x, image: img:1}\n").await;
+    t.until("p", "running", |p| phase(p) == "Running").await;
+    // As if the daemon died right after persisting the delete request.
+    t.m.stop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut rec: crate::record::PodRecord = serde_json::from_slice(
+        &std::fs::read(t.settings.pods_dir.join("default/p/record.json")).unwrap(),
+    )
+    .unwrap();
+    rec.deleting = Some(0);
+    crate::store::Store::new(&t.settings.pods_dir)
+        .save(&rec)
+        .unwrap();
+    let m2 = Manager::start(t.cri.clone(), t.settings.clone());
+    let t0 = Instant::now();
+    while m2.get("default", "p").is_ok() || !t.cri.st().sandboxes.is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the delete was not finished"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!t.settings.pods_dir.join("default/p").exists());
+}
+
+#[tokio::test]
+async fn a_dead_sandbox_is_recreated_and_init_containers_run_again() {
+    let t = setup();
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  initContainers:\n  - {name: i, image: img:1}\n  containers:\n  - {name: x, image: img:1}\n").await;
+    t.cri.st().exit_on_start.insert("i".into(), 0);
+    t.until("p", "running", |p| phase(p) == "Running").await;
+    // The infra container dies.
+    {
+        let mut st = t.cri.st();
+        for s in st.sandboxes.values_mut() {
+            s.1 = 1;
+        }
+    }
+    let p = t
+        .until("p", "running in a new sandbox", |p| {
+            restarts(p) >= 1 && phase(p) == "Running"
+        })
+        .await;
+    assert_eq!(p["status"]["initContainerStatuses"][0]["restartCount"], 1);
+    assert!(t.reasons("p").contains(&"SandboxChanged".into()));
+    let st = t.cri.st();
+    assert_eq!(st.sandboxes.len(), 1, "the dead sandbox is removed");
+    assert!(st.sandboxes.values().all(|s| s.1 == 0));
+}
+
+#[tokio::test]
+async fn a_failing_startup_probe_kills_and_holds_back_readiness() {
+    let t = setup();
+    t.cri.st().exec_exit.insert("x".into(), 1);
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: x\n    image: img:1\n    startupProbe: {exec: {command: [check]}, periodSeconds: 1, failureThreshold: 1}\n").await;
+    let p = t.until("p", "running", |p| phase(p) == "Running").await;
+    assert_eq!(p["status"]["containerStatuses"][0]["started"], false);
+    assert!(!ready(&p), "not ready before the startup probe passes");
+    t.until("p", "restarted", |p| restarts(p) >= 1).await;
+    let events = t.m.events("default", "p").unwrap();
+    assert!(events.iter().any(
+        |e| e.message.as_deref() == Some("Container x failed startup probe, will be restarted")
+    ));
+    t.cri.st().exec_exit.insert("x".into(), 0);
+    let p = t.until("p", "started and ready", ready).await;
+    assert_eq!(p["status"]["containerStatuses"][0]["started"], true);
 }

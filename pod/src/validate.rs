@@ -106,6 +106,33 @@ fn validate_volume(v: &Volume, path: &str, errs: &mut FieldErrors) {
     }
 }
 
+/// A label or annotation key: an optional DNS-subdomain prefix and `/`, then a name of at
+/// most 63 of [A-Za-z0-9._-], alphanumeric at both ends.
+fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    prefix.is_none_or(is_dns_subdomain) && is_label_value(name) && !name.is_empty()
+}
+
+/// A label value: empty, or at most 63 of [A-Za-z0-9._-], alphanumeric at both ends.
+fn is_label_value(v: &str) -> bool {
+    v.is_empty()
+        || (v.len() <= 63
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            && v.as_bytes()[0].is_ascii_alphanumeric()
+            && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric())
+}
+
+/// Resource names: the standard ones, hugepages, or a domain-qualified extended resource.
+fn is_resource_name(n: &str) -> bool {
+    matches!(n, "cpu" | "memory" | "ephemeral-storage")
+        || n.starts_with("hugepages-")
+        || (n.contains('/') && is_qualified_name(n))
+}
+
 fn check_quantity(q: &str, path: &str, errs: &mut FieldErrors) {
     match quantity::validate(q) {
         Err(e) => errs.push(path, format!("Invalid value: {q:?}: {e}")),
@@ -196,6 +223,13 @@ fn validate_container(
     if let Some(r) = &c.resources {
         for (kind, map) in [("requests", &r.requests), ("limits", &r.limits)] {
             for (k, q) in map.iter().flatten() {
+                if !is_resource_name(k) {
+                    errs.push(
+                        format!("{path}.resources.{kind}[{k}]"),
+                        format!("Invalid value: {k:?}: must be a standard resource type or fully qualified"),
+                    );
+                    continue;
+                }
                 check_quantity(&q.0, &format!("{path}.resources.{kind}[{k}]"), errs);
             }
         }
@@ -346,6 +380,18 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldErrors> {
             format!("Invalid value: {ns:?}: {DNS1123_LABEL_MSG}"),
         );
     }
+    for (k, v) in pod.metadata.labels.iter().flatten() {
+        if !is_qualified_name(k) {
+            errs.push("metadata.labels", format!("Invalid value: {k:?}: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+        } else if !is_label_value(v) {
+            errs.push("metadata.labels", format!("Invalid value: {v:?}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+        }
+    }
+    for k in pod.metadata.annotations.iter().flatten().map(|(k, _)| k) {
+        if !is_qualified_name(k) {
+            errs.push("metadata.annotations", format!("Invalid value: {k:?}: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+        }
+    }
     let Some(spec) = &pod.spec else {
         errs.push("spec", "Required value");
         return Err(errs);
@@ -486,6 +532,8 @@ mod tests {
              "spec.restartPolicy: Unsupported value: \"Sometimes\""),
             (serde_json::json!({"containers": [{"name": "w", "image": "x", "livenessProbe": {"periodSeconds": 1}}]}),
              "spec.containers[0].livenessProbe: Required value: must specify a handler type"),
+            (serde_json::json!({"containers": [{"name": "w", "image": "x", "resources": {"limits": {"cpus": "1"}}}]}),
+             "spec.containers[0].resources.limits[cpus]: Invalid value: \"cpus\": must be a standard resource type"),
             (serde_json::json!({"containers": [{"name": "w", "image": "x", "ports": [{"containerPort": 70000}]}]}),
              "spec.containers[0].ports[0].containerPort: Invalid value: 70000"),
         ];
@@ -510,6 +558,20 @@ mod tests {
         assert!(invalid_message("Bad_Name", &e)
             .starts_with("Pod \"Bad_Name\" is invalid: metadata.name"));
         assert!(is_dns_label("a-1") && !is_dns_label("-a") && !is_dns_label("a.b"));
+        assert!(is_qualified_name("app") && is_qualified_name("example.com/app-1"));
+        assert!(
+            !is_qualified_name("-app")
+                && !is_qualified_name("Bad_Domain/x")
+                && !is_qualified_name("a/")
+        );
+        assert!(is_label_value("") && is_label_value("v1.2_x") && !is_label_value("a b"));
+        p.metadata.name = Some("ok".into());
+        p.metadata.labels = Some([("app".to_string(), "bad value".to_string())].into());
+        let e = validate_pod(&p).unwrap_err();
+        assert!(
+            e.0[0].starts_with("metadata.labels: Invalid value: \"bad value\""),
+            "{e:?}"
+        );
         assert!(is_dns_subdomain("a.b-c") && !is_dns_subdomain("a..b"));
     }
 }

@@ -373,6 +373,8 @@ async fn init_container_fills_an_emptydir_guaranteed_cgroups_and_delete_removes_
     assert!(!e.pod_cgroup("memory", &pod).exists());
     assert!(!pod_dir.exists(), "{} left behind", pod_dir.display());
     assert!(!e.d.root.join("pods/default/war").exists());
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -831,4 +833,73 @@ async fn burstable_and_besteffort_pods_get_the_kubelets_cgroup_values() {
     e.delete("burst").await;
     e.delete("besteffort").await;
     assert!(!pod_cpu.exists() && !be_cpu.exists());
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+const SANDBOX_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: phoenix}
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: count
+    image: IMAGE
+    command: [sh, -c, "echo run >> /data/runs"]
+    volumeMounts: [{name: data, mountPath: /data}]
+  containers:
+  - name: app
+    image: IMAGE
+    command: [sleep, "3600"]
+    volumeMounts: [{name: data, mountPath: /data}]
+  volumes:
+  - {name: data, emptyDir: {}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_sandbox_is_recreated_and_the_pod_runs_again_in_it() {
+    let mut e = env("pods-sandbox", "").await;
+    e.apply(SANDBOX_POD).await.unwrap();
+    let pod = e
+        .wait_for("phoenix", "Ready", |p| condition(p, "Ready") == "True")
+        .await;
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let old = e.sandboxes_of(&uid).await;
+    assert_eq!(old.len(), 1);
+    // Kill the pause process: the sandbox is no longer ready.
+    let procs = e
+        .pod_cgroup("pids", &pod)
+        .join(&old[0].id)
+        .join("cgroup.procs");
+    let pids = read(&procs);
+    for pid in pids.split_whitespace() {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+    }
+    let pod = e
+        .wait_for("phoenix", "running again in a new sandbox", |p| {
+            condition(p, "Ready") == "True"
+                && p["status"]["containerStatuses"][0]["restartCount"].as_i64() == Some(1)
+        })
+        .await;
+    assert_eq!(
+        status_of(&pod, "initContainerStatuses", "count")["restartCount"],
+        1
+    );
+    let now = e.sandboxes_of(&uid).await;
+    assert_eq!(now.len(), 1, "the dead sandbox is removed");
+    assert_ne!(now[0].id, old[0].id);
+    assert!(pod["status"]["podIP"].is_string());
+    let events = e.events("phoenix").await;
+    assert!(
+        events.iter().any(|ev| ev["reason"] == "SandboxChanged"),
+        "{events:?}"
+    );
+    // The emptyDir outlived the sandbox; the init container ran once in each.
+    let app = cri_id(status_of(&pod, "containerStatuses", "app"));
+    assert_eq!(e.exec(&app, "cat /data/runs").await, "run\nrun");
+    e.delete("phoenix").await;
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
