@@ -5,12 +5,7 @@
 //!
 //! Polling is bounded ("within 90 s it reaches X"); nothing asserts on speed.
 //!
-//! Known defects on the pod supervisor's side (branch `pod`), which these tests catch:
-//! - Deleting a pod leaves its pod cgroup `kubepods/<qos>/pod<uid>` in every cgroup v1
-//!   hierarchy the supervisor does not manage itself (cpuset, devices, freezer, blkio,
-//!   net_cls..., systemd, unified): runc creates the container cgroups below it in all of them,
-//!   but pod/src/cgroup.rs removes only cpu, cpuacct, memory and pids. (`leftovers` fails in
-//!   every test that deletes a pod.)
+//! Known defect on the pod supervisor's side (branch `pod`), which these tests catch:
 //! - A pod whose init container failed with restartPolicy Never is Failed with condition
 //!   Initialized=True (reason PodCompleted); the kubelet reports Initialized=True/PodCompleted
 //!   only for Succeeded pods, so kubectl (and `peapod get pods`) shows `Init:Error` for it.
@@ -871,4 +866,5 @@ async fn logs_follow_across_log_rotation_until_the_container_exits() {
     let old = raw_ticks(&std::fs::read_to_string(&rotated).unwrap_or_default());
     assert!(seen.len() > old && old > 0, "followed past the rotation");
     peapod(&d, &["delete", "pod", "ticker"]).ok("delete");
+    assert!(leftovers(&d).is_empty(), "{:#?}", leftovers(&d));
 }
