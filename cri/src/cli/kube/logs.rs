@@ -58,7 +58,9 @@ pub async fn run(c: &mut Clients, a: LogsArgs) -> anyhow::Result<()> {
             ))
         })?
     } else {
-        match &picked.container_id {
+        // A container waiting to be restarted (CrashLoopBackOff) shows its last instance, as
+        // the kubelet's log endpoint does.
+        match picked.container_id.as_ref().or(picked.previous_id.as_ref()) {
             Some(id) => id.clone(),
             None => {
                 return Err(KubeError::Usage(format!(
