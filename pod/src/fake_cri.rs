@@ -27,6 +27,8 @@ pub struct State {
     pub exit_on_start: HashMap<String, i32>,
     /// Exit code of ExecSync per container name (default 0).
     pub exec_exit: HashMap<String, i32>,
+    /// Container name → how many StartContainer calls fail before one succeeds.
+    pub fail_start: HashMap<String, u32>,
     pub images: BTreeSet<String>,
     pub pullable: BTreeSet<String>,
     pub pulls: Vec<String>,
@@ -169,6 +171,17 @@ impl CriApi for FakeCri {
     async fn start_container(&self, id: &str) -> CriResult<()> {
         let mut st = self.st();
         let exits = st.exit_on_start.clone();
+        let name = st
+            .containers
+            .get(id)
+            .and_then(|c| c.config.metadata.as_ref().map(|m| m.name.clone()))
+            .unwrap_or_default();
+        if let Some(n) = st.fail_start.get_mut(&name) {
+            if *n > 0 {
+                *n -= 1;
+                return Err(Status::internal("runc: exec format error"));
+            }
+        }
         let c = st
             .containers
             .get_mut(id)

@@ -122,7 +122,10 @@ pub async fn run_once(
             .await
         {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!("dial tcp {host}:{port}: connect: {e}")),
+            Ok(Err(e)) => Err(format!(
+                "dial tcp {host}:{port}: connect: {}",
+                dial_error(&e)
+            )),
             Err(_) => Err(format!("dial tcp {host}:{port}: i/o timeout")),
         };
     }
@@ -143,6 +146,16 @@ pub async fn run_once(
     Err("probe has no handler".into())
 }
 
+/// The words Go's dialer uses ("connection refused"), which is what kubelet messages show.
+fn dial_error(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        std::io::ErrorKind::HostUnreachable => "no route to host".into(),
+        std::io::ErrorKind::NetworkUnreachable => "network is unreachable".into(),
+        _ => e.to_string(),
+    }
+}
+
 /// A minimal HTTP/1.1 GET: the status line decides (200–399 success), as the kubelet's prober.
 async fn http_get(h: &HTTPGetAction, host: &str, port: u16) -> Result<(), String> {
     let path = h.path.as_deref().unwrap_or("/");
@@ -154,7 +167,12 @@ async fn http_get(h: &HTTPGetAction, host: &str, port: u16) -> Result<(), String
     }
     let mut s = tokio::net::TcpStream::connect((host, port))
         .await
-        .map_err(|e| format!("Get {url:?}: dial tcp {host}:{port}: connect: {e}"))?;
+        .map_err(|e| {
+            format!(
+                "Get {url:?}: dial tcp {host}:{port}: connect: {}",
+                dial_error(&e)
+            )
+        })?;
     let mut req = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\nConnection: close\r\n"
     );

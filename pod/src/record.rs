@@ -66,6 +66,9 @@ pub struct ContainerRecord {
     pub killing: bool,
     /// Image pulls that failed in a row (ImagePullBackOff).
     pub pull_failures: u32,
+    /// CreateContainer/StartContainer failures in a row.
+    #[serde(default)]
+    pub start_failures: u32,
     /// No new attempt before this time (unix ms): back-off.
     pub not_before_ms: i64,
 }

@@ -485,3 +485,18 @@ async fn a_failing_startup_probe_kills_and_holds_back_readiness() {
     let p = t.until("p", "started and ready", ready).await;
     assert_eq!(p["status"]["containerStatuses"][0]["started"], true);
 }
+
+#[tokio::test]
+async fn a_failed_start_is_retried_with_back_off_as_a_new_attempt() {
+    let t = setup();
+    t.cri.st().fail_start.insert("x".into(), 2);
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: x, image: img:1}\n").await;
+    t.until("p", "RunContainerError", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "RunContainerError"
+    })
+    .await;
+    let p = t.until("p", "running", |p| phase(p) == "Running").await;
+    assert_eq!(restarts(&p), 2);
+    // Only the running attempt and the one before it are kept.
+    assert_eq!(t.cri.st().containers.len(), 2);
+}

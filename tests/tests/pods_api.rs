@@ -903,3 +903,45 @@ async fn a_dead_sandbox_is_recreated_and_the_pod_runs_again_in_it() {
     let left = e.d.leftovers();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_port_reaches_the_pod() {
+    let mut e = env("pods-hostport", "").await;
+    let host_port = 18080 + e.d.slot.n as u16;
+    let manifest = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: hp}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: server
+    image: IMAGE
+    command: [sh, -c, "mkdir -p /www && echo through-the-host > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    ports: [{{containerPort: 8080, hostPort: {host_port}}}]
+    readinessProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 1}}
+"#
+    );
+    e.apply(&manifest).await.unwrap();
+    e.wait_for("hp", "Ready", |p| condition(p, "Ready") == "True")
+        .await;
+    // The host port on one of the host's own addresses (the bridge's gateway).
+    let addr = format!("{}:{host_port}", e.d.gateway);
+    let mut s = tokio::net::TcpStream::connect(&addr)
+        .await
+        .unwrap_or_else(|err| panic!("connect {addr}: {err}"));
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    assert!(
+        body.starts_with("HTTP/1.") && body.contains("through-the-host"),
+        "{body}"
+    );
+    e.delete("hp").await;
+    let left = e.d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -1,0 +1,325 @@
+//! Reconciliation: the sandbox (pod cgroup, volumes, re-creation when it dies), container
+//! states from CRI, init containers in order, app containers, restarts with back-off.
+
+use super::*;
+
+impl Supervisor {
+    pub(super) async fn sync(&mut self) {
+        // Refused pods have nothing to drive; finished ones are done once their sandbox stopped.
+        if self.rec.rejection.is_some()
+            || (self.rec.final_phase.is_some() && self.rec.sandbox_stopped)
+        {
+            return;
+        }
+        if !self.ensure_sandbox().await {
+            return;
+        }
+        if self.sandbox_died().await {
+            self.recreate_sandbox().await;
+            if !self.ensure_sandbox().await {
+                return;
+            }
+        }
+        self.observe().await;
+        if let Some(p) = self.current_phase() {
+            if p == "Succeeded" || p == "Failed" {
+                self.finish().await;
+                return;
+            }
+        }
+        if self.sync_init().await {
+            self.sync_apps().await;
+        }
+    }
+
+    pub(super) fn current_phase(&mut self) -> Option<String> {
+        if let Some(p) = &self.rec.final_phase {
+            return Some(p.clone());
+        }
+        status::compute(&mut self.rec, &self.settings.host_ip).phase
+    }
+
+    pub(super) fn cgroup_path(&self) -> String {
+        cgroup::pod_cgroup_path(
+            &self.settings.cgroup_parent,
+            qos_class(self.rec.spec()),
+            self.rec.uid(),
+        )
+    }
+
+    pub(super) fn pod_dir(&self) -> PathBuf {
+        cri_config::pod_dir(&self.settings, self.rec.uid())
+    }
+
+    pub(super) fn sandbox_config(&self) -> cri::PodSandboxConfig {
+        cri_config::sandbox_config(&self.rec, &self.settings, &self.cgroup_path())
+    }
+
+    /// The pod cgroup, the volumes and the sandbox; false while they cannot be made.
+    pub(super) async fn ensure_sandbox(&mut self) -> bool {
+        if self.volumes.is_none() {
+            match volumes::set_up(self.rec.spec(), &self.pod_dir()) {
+                Ok(v) => self.volumes = Some(v),
+                Err(e) => {
+                    self.event("Warning", "FailedMount", None, e.to_string());
+                    return false;
+                }
+            }
+        }
+        if self.rec.sandbox_id.is_some() {
+            return true;
+        }
+        let path = self.cgroup_path();
+        let values = crate::resources::pod_cgroup(self.rec.spec());
+        if let Err(e) = cgroup::create(&self.settings.cgroup_root, &path, &values) {
+            self.event(
+                "Warning",
+                "FailedCreatePodSandBox",
+                None,
+                format!("Failed to create the pod cgroup: {e}"),
+            );
+            return false;
+        }
+        if qos_class(self.rec.spec()) == crate::resources::QosClass::BestEffort {
+            cgroup::set_besteffort_shares(&self.settings.cgroup_root, &self.settings.cgroup_parent);
+        }
+        self.rec.cgroup = Some(path);
+        self.save();
+        match self.cri.run_pod_sandbox(self.sandbox_config()).await {
+            Ok(id) => {
+                self.rec.sandbox_id = Some(id.clone());
+                self.rec.pod_ip = self.cri.pod_sandbox_ip(&id).await.unwrap_or_default();
+                if self.rec.pod_ip.is_empty() && self.rec.spec().host_network.unwrap_or(false) {
+                    self.rec.pod_ip = self.settings.host_ip.clone();
+                }
+                self.save();
+                true
+            }
+            Err(e) => {
+                self.event(
+                    "Warning",
+                    "FailedCreatePodSandBox",
+                    None,
+                    format!("Failed to create pod sandbox: {}", e.message()),
+                );
+                false
+            }
+        }
+    }
+
+    pub(super) async fn sandbox_died(&self) -> bool {
+        let Some(id) = &self.rec.sandbox_id else {
+            return false;
+        };
+        // A Never pod is not run again: its killed containers make it Failed instead.
+        if self.restart_policy() == "Never" {
+            return false;
+        }
+        // An error answering is not a death: only a clear "not ready" is.
+        matches!(self.cri.pod_sandbox_ready(id).await, Ok(false))
+    }
+
+    /// The kubelet's answer to a dead sandbox: kill the pod's containers, make a new sandbox
+    /// and run everything again in it (init containers too), each as its next attempt.
+    pub(super) async fn recreate_sandbox(&mut self) {
+        self.event(
+            "Normal",
+            "SandboxChanged",
+            None,
+            "Pod sandbox changed, it will be killed and re-created.".into(),
+        );
+        self.stop_probes();
+        self.observe().await;
+        let grace = self
+            .rec
+            .spec()
+            .termination_grace_period_seconds
+            .unwrap_or(30);
+        let running: Vec<String> = self
+            .rec
+            .containers
+            .values()
+            .filter(|r| r.observed.as_ref().map(|o| o.state) == Some(RunState::Running))
+            .filter_map(|r| r.id.clone())
+            .collect();
+        for id in running {
+            let _ = self.cri.stop_container(&id, grace).await;
+        }
+        self.observe().await;
+        if let Some(old) = self.rec.sandbox_id.take() {
+            let _ = self.cri.stop_pod_sandbox(&old).await;
+            // Removing the sandbox removes its containers; their exits stay in lastState.
+            if let Err(e) = self.cri.remove_pod_sandbox(&old).await {
+                tracing::warn!(sandbox = %old, error = %e, "RemovePodSandbox of a dead sandbox");
+            }
+        }
+        for r in self.rec.containers.values_mut() {
+            if r.id.is_none() {
+                continue;
+            }
+            if let Some(t) = current_termination(r) {
+                r.last_terminated = Some(t);
+            }
+            r.id = None;
+            r.previous_id = None;
+            r.observed = None;
+            r.waiting = None;
+            r.restart_count += 1;
+        }
+        self.rec.pod_ip.clear();
+        self.save();
+    }
+
+    /// Refreshes every current container's CRI state.
+    pub(super) async fn observe(&mut self) {
+        let names: Vec<String> = self.rec.containers.keys().cloned().collect();
+        for name in names {
+            let Some(id) = self.rec.containers[&name].id.clone() else {
+                continue;
+            };
+            match self.cri.container_status(&id).await {
+                Ok(s) => {
+                    let r = self.rec.container(&name);
+                    r.observed = Some(observed_from(&s));
+                    if !s.image_ref.is_empty() {
+                        r.image_id = s.image_ref.clone();
+                    }
+                }
+                Err(e) if e.code() == Code::NotFound => {
+                    // Gone behind our back: the next sync makes a new one.
+                    tracing::warn!(container = %name, %id, "container vanished; it will be created again");
+                    let r = self.rec.container(&name);
+                    r.id = None;
+                    r.observed = None;
+                }
+                Err(e) => tracing::warn!(container = %name, error = %e, "ContainerStatus failed"),
+            }
+        }
+    }
+
+    pub(super) fn state_of(&self, name: &str) -> Option<(RunState, i32)> {
+        self.rec
+            .containers
+            .get(name)
+            .and_then(|r| r.observed.as_ref())
+            .map(|o| (o.state, o.exit_code))
+    }
+
+    pub(super) fn restart_policy(&self) -> String {
+        self.rec
+            .spec()
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into())
+    }
+
+    /// Init containers in order; true once all are done (sidecars started).
+    pub(super) async fn sync_init(&mut self) -> bool {
+        let inits: Vec<Container> = self.rec.spec().init_containers.clone().unwrap_or_default();
+        for c in &inits {
+            let restartable = is_restartable_init(c);
+            match self.state_of(&c.name) {
+                None => {
+                    self.start(c, false).await;
+                    return false;
+                }
+                Some((RunState::Running, _)) => {
+                    let started = self.rec.containers.get(&c.name).is_some_and(|r| r.started);
+                    if restartable && started {
+                        continue;
+                    }
+                    return false;
+                }
+                // Created but never started (a failed start, or a daemon that died between
+                // the two): a new attempt, after the back-off.
+                Some((RunState::Created, _)) => {
+                    self.start(c, true).await;
+                    return false;
+                }
+                Some((RunState::Unknown, _)) => return false,
+                Some((RunState::Exited, code)) => {
+                    if !restartable && code == 0 {
+                        continue;
+                    }
+                    if !restartable && self.restart_policy() == "Never" {
+                        return false;
+                    }
+                    self.restart(c).await;
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    pub(super) async fn sync_apps(&mut self) {
+        let apps = self.rec.spec().containers.clone();
+        let policy = self.restart_policy();
+        for c in &apps {
+            match self.state_of(&c.name) {
+                None => self.start(c, false).await,
+                Some((RunState::Exited, code)) => {
+                    let killed = self.rec.containers.get(&c.name).is_some_and(|r| r.killing);
+                    let again = match policy.as_str() {
+                        "Always" => true,
+                        "OnFailure" => code != 0 || killed,
+                        _ => false,
+                    };
+                    if again {
+                        self.restart(c).await;
+                    }
+                }
+                Some((RunState::Created, _)) => self.start(c, true).await,
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// A restart, unless the container is in back-off (CrashLoopBackOff).
+    pub(super) async fn restart(&mut self, c: &Container) {
+        let base = self.settings.backoff_base.as_millis() as u64;
+        let max = self.settings.max_backoff().as_millis() as u64;
+        let pod_ref = self.rec.pod_ref();
+        let r = self.rec.container(&c.name);
+        let Some(obs) = r.observed.clone() else {
+            return;
+        };
+        let finished_ms = obs.finished_at_ns / 1_000_000;
+        let ran_ms = (obs.finished_at_ns - obs.started_at_ns).max(0) / 1_000_000;
+        if ran_ms as u128 >= BACKOFF_RESET.as_millis() {
+            r.backoff_ms = 0;
+        }
+        let now = now_ms();
+        if r.backoff_ms > 0 && now < finished_ms + r.backoff_ms as i64 {
+            let secs = r.backoff_ms.div_ceil(1000);
+            // One BackOff event per back-off period, not one per sync.
+            let first = r.waiting.as_ref().map(|w| w.reason.as_str()) != Some("CrashLoopBackOff");
+            r.waiting = Some(Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: format!(
+                    "back-off {secs}s restarting failed container={} pod={pod_ref}",
+                    c.name
+                ),
+            });
+            if !first {
+                return;
+            }
+            self.event(
+                "Warning",
+                "BackOff",
+                Some(&c.name),
+                format!(
+                    "Back-off restarting failed container {} in pod {pod_ref}",
+                    c.name
+                ),
+            );
+            return;
+        }
+        r.backoff_ms = if r.backoff_ms == 0 {
+            base
+        } else {
+            (r.backoff_ms * 2).min(max)
+        };
+        self.start(c, true).await;
+    }
+}
