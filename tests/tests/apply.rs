@@ -536,6 +536,24 @@ async fn readiness_toggles_ready_both_ways_and_exec_returns_exit_codes() {
         Some("hello\n"),
     );
     assert_eq!((r.code, r.stdout.as_str()), (3, "got hello\n"), "{r:#?}");
+    // -it: a terminal of the local terminal's size (script(1) gives the CLI a pseudo-terminal
+    // of 40 rows, 100 columns), raw mode, and the exit code back.
+    let cli = format!(
+        "stty rows 40 cols 100; {} --endpoint {} exec -it gate -- sh -c {}",
+        e2e::daemon::bin_dir().join("peapod").display(),
+        d.socket.display(),
+        // The size arrives on the resize stream, right after the command starts.
+        "'for i in $(seq 1 100); do s=$(stty size 2>/dev/null); [ \"$s\" = \"40 100\" ] && break; sleep 0.05; done; echo \"size $s\"; tty; exit 4'"
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cli, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script(1)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("size 40 100"), "{text}");
+    assert!(text.contains("/dev/pts/"), "{text}");
 
     // --for=delete
     let r = peapod(
