@@ -215,3 +215,26 @@ async fn fetch(
     }
     Ok((pods, missing))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_indented_by_four_spaces_as_kubectl() {
+        let v = json!({"kind": "Pod", "metadata": {"name": "war"}});
+        assert_eq!(
+            to_json(&v),
+            "{\n    \"kind\": \"Pod\",\n    \"metadata\": {\n        \"name\": \"war\"\n    }\n}"
+        );
+    }
+
+    #[test]
+    fn several_pods_print_as_a_list() {
+        let list = as_list(vec![json!({"metadata": {"name": "a"}})]);
+        assert_eq!(list["kind"], "List");
+        assert_eq!(list["apiVersion"], "v1");
+        assert_eq!(list["items"][0]["metadata"]["name"], "a");
+        assert_eq!(list["metadata"]["resourceVersion"], "");
+    }
+}
