@@ -29,6 +29,8 @@ pub struct State {
     pub exec_exit: HashMap<String, i32>,
     /// Container name → how many StartContainer calls fail before one succeeds.
     pub fail_start: HashMap<String, u32>,
+    /// How many RunPodSandbox calls fail before one succeeds.
+    pub fail_sandbox: u32,
     pub images: BTreeSet<String>,
     pub pullable: BTreeSet<String>,
     pub pulls: Vec<String>,
@@ -83,6 +85,11 @@ impl FakeCri {
 impl CriApi for FakeCri {
     async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriResult<String> {
         let mut st = self.st();
+        st.calls.push("RunPodSandbox".into());
+        if st.fail_sandbox > 0 {
+            st.fail_sandbox -= 1;
+            return Err(Status::internal("plugin type=\"bridge\" failed (add)"));
+        }
         st.next += 1;
         let id = format!("sb{:04}", st.next);
         st.sandboxes.insert(id.clone(), (config, 0));

@@ -39,6 +39,36 @@
 //!   `lastTimestamp`. At most 500 are kept per pod.
 //! - Container logs are `<root>/pods/<uid>/logs/<container>/<attempt>.log` (CRI format).
 //!
+//! ## Kubelet rules implemented
+//!
+//! - Admission: effective requests (app containers summed, restartable init containers added,
+//!   each other init container with the sidecars before it as a floor, plus overhead) against
+//!   allocatable less admitted pods (`OutOfcpu`/`OutOfmemory`); nodeSelector (`NodeAffinity`).
+//! - QoS class from every container (init ones included); the pod cgroup
+//!   `kubepods[/burstable|/besteffort]/pod<uid>` with ResourceConfigForPod's values; container
+//!   cpu shares/quota/period and memory limit (calculateLinuxResources); oom_score_adj by QoS,
+//!   raised to the daemon's own without CAP_SYS_RESOURCE.
+//! - Init containers one at a time, each to exit 0; restartable init containers (sidecars)
+//!   started in order and waited for (startup probe), kept running, stopped after the app
+//!   containers; app containers together.
+//! - restartPolicy Always/OnFailure/Never for app and init containers; back-off 10 s doubling
+//!   to 5 min (configurable base), reset after 10 min running; CrashLoopBackOff; a liveness or
+//!   startup failure restarts unless Never. Failed CreateContainer/StartContainer and
+//!   RunPodSandbox back off too.
+//! - Probes: startup (gating liveness, readiness and `started`), liveness, readiness; exec
+//!   (ExecSync), httpGet (200–399), tcpSocket, grpc (grpc.health.v1); initialDelaySeconds,
+//!   periodSeconds, timeoutSeconds, successThreshold, failureThreshold; a probe's
+//!   terminationGracePeriodSeconds.
+//! - imagePullPolicy Always/IfNotPresent/Never, ErrImagePull, ImagePullBackOff,
+//!   ErrImageNeverPull.
+//! - postStart (a failure kills the container) and preStop hooks (exec, httpGet, sleep);
+//!   graceful deletion with the grace period (minimum 2 s per container).
+//! - getPhase and the conditions PodScheduled, PodReadyToStartContainers, Initialized,
+//!   ContainersReady, Ready; activeDeadlineSeconds (Failed, DeadlineExceeded).
+//! - A sandbox that dies is re-created and the pod runs again in it (init containers too);
+//!   volumes: emptyDir (Memory: tmpfs with sizeLimit), hostPath with type checks; env value
+//!   with `$(VAR)` expansion and fieldRef; hostPort port mappings; namespaces options.
+//!
 //! ## Kubelet rules left out
 //!
 //! Ephemeral containers, in-place resize, readiness gates, HTTPS probes,

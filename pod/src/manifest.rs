@@ -103,6 +103,30 @@ pub fn pod_from_value(mut doc: Value) -> Result<Pod, String> {
     Ok(pod)
 }
 
+/// The (namespace, name) of every Pod in a manifest, for clients (`delete -f FILE`): the same
+/// parsing and checks as apply, without defaulting or validation of the spec.
+pub fn pod_names(
+    bytes: &[u8],
+    source_name: &str,
+    default_namespace: &str,
+) -> Result<Vec<(String, String)>, ManifestError> {
+    let mut out = Vec::new();
+    for (i, doc) in documents(bytes, source_name)?.into_iter().enumerate() {
+        let pod = pod_from_value(doc).map_err(|message| ManifestError::Document {
+            source_name: source_name.into(),
+            index: i + 1,
+            message,
+        })?;
+        let ns = pod
+            .metadata
+            .namespace
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| default_namespace.to_string());
+        out.push((ns, pod.metadata.name.unwrap_or_default()));
+    }
+    Ok(out)
+}
+
 /// Keys of `input` (recursively) that `parsed` lacks; `path` is the dotted path so far.
 fn unknown_fields(input: &Value, parsed: &Value, path: &str, out: &mut Vec<String>) {
     match (input, parsed) {
@@ -191,6 +215,23 @@ mod tests {
         let c = &a.spec.unwrap().containers[0];
         let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
         assert_eq!(limits["cpu"].0, "1");
+    }
+
+    #[test]
+    fn names_for_clients() {
+        let y = format!("{TWO}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: c, namespace: other}}\nspec: {{containers: []}}\n");
+        assert_eq!(
+            pod_names(y.as_bytes(), "t", "ns").unwrap(),
+            [
+                ("ns".to_string(), "a".to_string()),
+                ("ns".into(), "b".into()),
+                ("other".into(), "c".into())
+            ]
+        );
+        assert!(matches!(
+            pod_names(b"apiVersion: v1\nkind: Service\n", "t", "ns"),
+            Err(ManifestError::Document { index: 1, .. })
+        ));
     }
 
     #[test]

@@ -83,6 +83,11 @@ pub struct PodRecord {
     pub cgroup: Option<String>,
     pub containers: BTreeMap<String, ContainerRecord>,
     pub events: Vec<Event>,
+    /// RunPodSandbox failures in a row, and no new try before this time (unix ms).
+    #[serde(default)]
+    pub sandbox_failures: u32,
+    #[serde(default)]
+    pub sandbox_not_before_ms: i64,
     /// Admission refused the pod: (reason, message). Nothing was created.
     pub rejection: Option<(String, String)>,
     /// The pod finished (Succeeded/Failed) and its sandbox was stopped.
@@ -91,6 +96,9 @@ pub struct PodRecord {
     pub final_phase: Option<String>,
     /// A graceful delete was asked with this grace period; a restarted daemon finishes it.
     pub deleting: Option<i64>,
+    /// Why a pod the kubelet itself ended is Failed: (reason, message), e.g. DeadlineExceeded.
+    #[serde(default)]
+    pub terminal_reason: Option<(String, String)>,
     /// Condition type → (status, lastTransitionTime).
     pub condition_times: BTreeMap<String, (String, String)>,
 }

@@ -388,6 +388,8 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
         pod_ips: pod_ip.map(|ip| vec![PodIP { ip }]),
         qos_class: Some(qos),
         start_time,
+        reason: rec.terminal_reason.as_ref().map(|r| r.0.clone()),
+        message: rec.terminal_reason.as_ref().map(|r| r.1.clone()),
         init_container_statuses: (!inits.is_empty()).then_some(inits),
         container_statuses: Some(apps),
         ..Default::default()

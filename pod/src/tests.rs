@@ -500,3 +500,30 @@ async fn a_failed_start_is_retried_with_back_off_as_a_new_attempt() {
     // Only the running attempt and the one before it are kept.
     assert_eq!(t.cri.st().containers.len(), 2);
 }
+
+#[tokio::test]
+async fn a_failing_sandbox_is_retried_with_back_off() {
+    let t = setup();
+    t.cri.st().fail_sandbox = 2;
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: x, image: img:1}\n").await;
+    t.until("p", "running", |p| phase(p) == "Running").await;
+    let tries = t.calls().iter().filter(|c| *c == "RunPodSandbox").count();
+    // 20 ms syncs over the 400 ms + 800 ms back-off would be ~60 tries without it.
+    assert_eq!(tries, 3, "{:?}", t.calls());
+    assert!(t.reasons("p").contains(&"FailedCreatePodSandBox".into()));
+}
+
+#[tokio::test]
+async fn active_deadline_fails_the_pod_and_stops_it() {
+    let t = setup();
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  activeDeadlineSeconds: 1\n  containers:\n  - {name: x, image: img:1}\n").await;
+    t.until("p", "running", |p| phase(p) == "Running").await;
+    let p = t.until("p", "Failed", |p| phase(p) == "Failed").await;
+    assert_eq!(p["status"]["reason"], "DeadlineExceeded");
+    assert!(t.reasons("p").contains(&"DeadlineExceeded".into()));
+    t.until("p", "stopped", |_| {
+        t.calls().iter().any(|c| c.starts_with("StopPodSandbox"))
+    })
+    .await;
+    assert!(t.calls().iter().any(|c| c.starts_with("StopContainer")));
+}

@@ -415,6 +415,14 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldErrors> {
             );
         }
     }
+    if let Some(d) = spec.active_deadline_seconds {
+        if !(1..=i64::from(i32::MAX)).contains(&d) {
+            errs.push(
+                "spec.activeDeadlineSeconds",
+                format!("Invalid value: {d}: must be between 1 and 2147483647, inclusive"),
+            );
+        }
+    }
     if let Some(h) = spec.hostname.as_deref() {
         if !is_dns_label(h) {
             errs.push(
@@ -528,6 +536,8 @@ mod tests {
              "spec.volumes[0].persistentVolumeClaim: Unsupported value: no API server exists here"),
             (serde_json::json!({"containers": [{"name": "w", "image": "x", "volumeMounts": [{"name": "nope", "mountPath": "/x"}]}]}),
              "spec.containers[0].volumeMounts[0].name: Not found: \"nope\""),
+            (serde_json::json!({"activeDeadlineSeconds": 0, "containers": [{"name": "w", "image": "x"}]}),
+             "spec.activeDeadlineSeconds: Invalid value: 0"),
             (serde_json::json!({"restartPolicy": "Sometimes", "containers": [{"name": "w", "image": "x"}]}),
              "spec.restartPolicy: Unsupported value: \"Sometimes\""),
             (serde_json::json!({"containers": [{"name": "w", "image": "x", "livenessProbe": {"periodSeconds": 1}}]}),

@@ -36,7 +36,8 @@ pub struct DaemonOptions {
     pub conflist: Option<String>,
     /// Extra CNI plugin directory searched before the system ones.
     pub extra_cni_bin: Option<PathBuf>,
-    /// Extra TOML appended to the daemon's configuration file.
+    /// Extra TOML appended to the daemon's configuration file; `{cgroup_parent}` is replaced
+    /// by this daemon's cgroup parent (e.g. `[pods]\ncgroup_parent = "{cgroup_parent}/kubepods"`).
     pub extra_config: String,
 }
 
@@ -107,7 +108,7 @@ impl TestDaemon {
             state = state.display(),
             conf = conf_dir.display(),
             bins = bin_dirs,
-            extra = opts.extra_config,
+            extra = opts.extra_config.replace("{cgroup_parent}", &cgroup_parent),
         );
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config).expect("write config");

@@ -3,7 +3,7 @@
 //! ("within N seconds the pod reaches X"), never a timing assertion.
 
 use e2e::pods::{busybox, Images};
-use e2e::TestDaemon;
+use e2e::{DaemonOptions, TestDaemon};
 use peapod_proto::pods as api;
 use peapod_proto::pods::pods_client::PodsClient;
 use peapod_proto::v1 as cri;
@@ -26,18 +26,18 @@ struct Env {
 /// A daemon whose `[pods]` table puts pod cgroups under the test's own parent; `extra` adds
 /// keys to that table.
 async fn env(name: &str, extra: &str) -> Env {
-    let mut d = TestDaemon::start(name).await;
+    let d = TestDaemon::start_with(
+        name,
+        DaemonOptions {
+            extra_config: format!(
+                "[pods]\nnode_name = \"e2e-node\"\ncgroup_parent = \"{{cgroup_parent}}/kubepods\"\nrestart_backoff_base_seconds = 1\nsync_period_ms = 250\n{extra}\n"
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
     let images = Images::start();
     let image = images.push("busybox:pods", &busybox());
-    // The cgroup parent is known only once the daemon has its slot: add [pods] and restart.
-    let cfg = d.dir.join("config.toml");
-    let mut text = std::fs::read_to_string(&cfg).unwrap();
-    text.push_str(&format!(
-        "\n[pods]\nnode_name = \"e2e-node\"\ncgroup_parent = \"{}/kubepods\"\nrestart_backoff_base_seconds = 1\nsync_period_ms = 250\n{extra}\n",
-        d.cgroup_parent
-    ));
-    std::fs::write(&cfg, text).unwrap();
-    d.restart().await;
     let channel = peapod::client::channel(&d.socket).await.unwrap();
     Env {
         d,

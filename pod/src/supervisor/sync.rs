@@ -11,6 +11,14 @@ impl Supervisor {
         {
             return;
         }
+        if self.deadline_exceeded() {
+            let msg = "Pod was active on the node longer than the specified deadline";
+            self.event("Warning", "DeadlineExceeded", None, msg.into());
+            self.rec.final_phase = Some("Failed".into());
+            self.rec.terminal_reason = Some(("DeadlineExceeded".into(), msg.into()));
+            self.finish().await;
+            return;
+        }
         if !self.ensure_sandbox().await {
             return;
         }
@@ -30,6 +38,23 @@ impl Supervisor {
         if self.sync_init().await {
             self.sync_apps().await;
         }
+    }
+
+    /// spec.activeDeadlineSeconds has passed since the pod started.
+    fn deadline_exceeded(&self) -> bool {
+        let Some(deadline) = self.rec.spec().active_deadline_seconds else {
+            return false;
+        };
+        let Some(start) = self
+            .rec
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+        else {
+            return false;
+        };
+        now_ms() - start.0.as_millisecond() > deadline.saturating_mul(1000)
     }
 
     pub(super) fn current_phase(&mut self) -> Option<String> {
@@ -69,6 +94,10 @@ impl Supervisor {
         if self.rec.sandbox_id.is_some() {
             return true;
         }
+        // A failing sandbox (CNI, runtime) is retried with back-off, not on every sync.
+        if now_ms() < self.rec.sandbox_not_before_ms {
+            return false;
+        }
         let path = self.cgroup_path();
         let values = crate::resources::pod_cgroup(self.rec.spec());
         if let Err(e) = cgroup::create(&self.settings.cgroup_root, &path, &values) {
@@ -87,6 +116,7 @@ impl Supervisor {
         self.save();
         match self.cri.run_pod_sandbox(self.sandbox_config()).await {
             Ok(id) => {
+                self.rec.sandbox_failures = 0;
                 self.rec.sandbox_id = Some(id.clone());
                 self.rec.pod_ip = self.cri.pod_sandbox_ip(&id).await.unwrap_or_default();
                 if self.rec.pod_ip.is_empty() && self.rec.spec().host_network.unwrap_or(false) {
@@ -96,6 +126,11 @@ impl Supervisor {
                 true
             }
             Err(e) => {
+                let base = self.settings.backoff_base.as_millis() as i64;
+                let max = self.settings.max_backoff().as_millis() as i64;
+                self.rec.sandbox_failures += 1;
+                let shift = (self.rec.sandbox_failures - 1).min(10);
+                self.rec.sandbox_not_before_ms = now_ms() + (base << shift).min(max);
                 self.event(
                     "Warning",
                     "FailedCreatePodSandBox",

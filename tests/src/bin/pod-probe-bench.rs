@@ -13,7 +13,7 @@
 //! Figures only; nothing here is an assertion.
 
 use e2e::pods::{busybox, Images};
-use e2e::TestDaemon;
+use e2e::{DaemonOptions, TestDaemon};
 use peapod_proto::pods as api;
 use peapod_proto::pods::pods_client::PodsClient;
 use peapod_proto::v1 as cri;
@@ -67,17 +67,19 @@ async fn main() {
             other => panic!("unknown flag {other}"),
         }
     }
-    let mut d = TestDaemon::start("pod-probe-bench").await;
+    let mut d = TestDaemon::start_with(
+        "pod-probe-bench",
+        DaemonOptions {
+            extra_config:
+                "[pods]\ncgroup_parent = \"{cgroup_parent}/kubepods\"\nsync_period_ms = 100\n"
+                    .into(),
+            ..Default::default()
+        },
+    )
+    .await;
     let images = Images::start();
     let image = images.push("busybox:bench", &busybox());
     let cfg = d.dir.join("config.toml");
-    let mut text = std::fs::read_to_string(&cfg).expect("config");
-    text.push_str(&format!(
-        "\n[pods]\ncgroup_parent = \"{}/kubepods\"\nsync_period_ms = 100\n",
-        d.cgroup_parent
-    ));
-    std::fs::write(&cfg, text).expect("write config");
-    d.restart().await;
     let channel = peapod::client::channel(&d.socket).await.expect("connect");
     let mut client = PodsClient::new(channel);
 
