@@ -160,6 +160,44 @@ pub fn prune_empty_parents(root: &Path, path: &str, parent: &str) {
     }
 }
 
+/// `kubepods` itself holds the node's allocatable (the kubelet's enforce-node-allocatable for
+/// pods): cpu shares from the allocatable CPU, memory limited to the allocatable memory.
+pub fn set_node_allocatable(root: &Path, parent: &str, cpu_milli: i64, memory: i64) {
+    let shares = crate::resources::milli_cpu_to_shares(cpu_milli);
+    let path = format!("/{}", parent.trim_matches('/'));
+    let writes: Vec<(PathBuf, &str, String)> = if is_unified(root) {
+        let d = dir(root, None, &path);
+        vec![
+            (
+                d.clone(),
+                "cpu.weight",
+                shares_to_weight(shares).to_string(),
+            ),
+            (d, "memory.max", memory.to_string()),
+        ]
+    } else {
+        vec![
+            (
+                dir(root, Some("cpu"), &path),
+                "cpu.shares",
+                shares.to_string(),
+            ),
+            (
+                dir(root, Some("memory"), &path),
+                "memory.limit_in_bytes",
+                memory.to_string(),
+            ),
+        ]
+    };
+    for (d, file, value) in writes {
+        if d.is_dir() && (memory > 0 || !file.starts_with("memory")) {
+            if let Err(e) = write(&d, file, &value) {
+                tracing::warn!(error = %e, "setting the node allocatable on the pods cgroup");
+            }
+        }
+    }
+}
+
 /// The BestEffort QoS cgroup gets the minimum cpu shares, as the kubelet's QoS manager sets.
 pub fn set_besteffort_shares(root: &Path, parent: &str) {
     let path = format!("/{}/besteffort", parent.trim_matches('/'));
@@ -287,6 +325,19 @@ mod tests {
         assert!(!t.path().join("cpu/a/kubepods").exists());
         assert!(t.path().join("cpu/a").is_dir());
         set_besteffort_shares(t.path(), "/a/kubepods");
+        for c in V1_CONTROLLERS {
+            std::fs::create_dir_all(t.path().join(c).join("a/kubepods")).unwrap();
+        }
+        set_node_allocatable(t.path(), "/a/kubepods", 2000, 1 << 30);
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("cpu/a/kubepods/cpu.shares")).unwrap(),
+            "2048"
+        );
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("memory/a/kubepods/memory.limit_in_bytes"))
+                .unwrap(),
+            (1u64 << 30).to_string()
+        );
     }
 
     #[test]

@@ -208,6 +208,8 @@ pub struct ContainerInputs<'a> {
     pub attempt: u32,
     pub volumes: &'a BTreeMap<String, PathBuf>,
     pub pod_ip: &'a str,
+    /// The host file mounted at terminationMessagePath.
+    pub termination_log: Option<&'a Path>,
 }
 
 pub fn container_config(
@@ -262,6 +264,18 @@ pub fn container_config(
                 Some("Bidirectional") => 2,
                 _ => 0,
             },
+            ..Default::default()
+        });
+    }
+    if let (Some(file), Some(path)) = (
+        inputs.termination_log,
+        c.termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty()),
+    ) {
+        mounts.push(cri::Mount {
+            container_path: path.to_string(),
+            host_path: file.display().to_string(),
             ..Default::default()
         });
     }
@@ -341,6 +355,7 @@ mod tests {
             "metadata": {"name": "web", "namespace": "default", "uid": "u1", "labels": {"app": "web"}},
             "spec": {"shareProcessNamespace": true, "containers": [{"name": "c", "image": "busybox:1",
                 "command": ["sh", "-c"], "args": ["echo $(NAME)"],
+                "terminationMessagePath": "/dev/termination-log",
                 "env": [{"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                 "ports": [{"containerPort": 80, "hostPort": 8080}],
                 "volumeMounts": [{"name": "w", "mountPath": "/w", "readOnly": true}],
@@ -382,6 +397,7 @@ mod tests {
                 attempt: 2,
                 volumes: &vols,
                 pod_ip: "10.0.0.9",
+                termination_log: Some(Path::new("/p/containers/c/2.termination-log")),
             },
         );
         assert_eq!(cfg.metadata.as_ref().unwrap().attempt, 2);
@@ -391,6 +407,8 @@ mod tests {
         assert_eq!(cfg.args, vec!["echo web"]);
         assert_eq!(cfg.mounts[0].host_path, "/v/w");
         assert!(cfg.mounts[0].readonly);
+        assert_eq!(cfg.mounts[1].container_path, "/dev/termination-log");
+        assert_eq!(cfg.mounts[1].host_path, "/p/containers/c/2.termination-log");
         let res = cfg.linux.unwrap().resources.unwrap();
         assert_eq!(
             (res.cpu_shares, res.cpu_quota, res.cpu_period),

@@ -9,8 +9,8 @@
 //! [`admission`], [`cgroup`] (the pod cgroup, v1 and v2), [`volumes`], [`mod@env`],
 //! [`cri_config`] (sandbox and container configs), [`probe`] and [`grpc_health`],
 //! [`record`] (per-pod state and events), [`status`] (phase, conditions, container states),
-//! [`store`] (atomic persistence), [`supervisor`] (one task per pod), [`manager`] (apply,
-//! get, list, delete, events, re-adoption).
+//! [`store`] (atomic persistence), [`termination`] (termination messages), [`supervisor`]
+//! (one task per pod), [`manager`] (apply, get, list, delete, events, re-adoption).
 //!
 //! ## The Pod JSON, where Kubernetes leaves a choice
 //!
@@ -43,11 +43,13 @@
 //!
 //! - Admission: effective requests (app containers summed, restartable init containers added,
 //!   each other init container with the sidecars before it as a floor, plus overhead) against
-//!   allocatable less admitted pods (`OutOfcpu`/`OutOfmemory`); nodeSelector (`NodeAffinity`).
+//!   allocatable less admitted pods (`OutOfcpu`/`OutOfmemory`); nodeSelector and required
+//!   node affinity (In, NotIn, Exists, DoesNotExist, Gt, Lt; matchFields) (`NodeAffinity`).
 //! - QoS class from every container (init ones included); the pod cgroup
 //!   `kubepods[/burstable|/besteffort]/pod<uid>` with ResourceConfigForPod's values; container
 //!   cpu shares/quota/period and memory limit (calculateLinuxResources); oom_score_adj by QoS,
-//!   raised to the daemon's own without CAP_SYS_RESOURCE.
+//!   raised to the daemon's own without CAP_SYS_RESOURCE; `kubepods` holds the node's
+//!   allocatable (cpu shares, memory limit).
 //! - Init containers one at a time, each to exit 0; restartable init containers (sidecars)
 //!   started in order and waited for (startup probe), kept running, stopped after the app
 //!   containers; app containers together.
@@ -66,7 +68,8 @@
 //! - getPhase and the conditions PodScheduled, PodReadyToStartContainers, Initialized,
 //!   ContainersReady, Ready; activeDeadlineSeconds (Failed, DeadlineExceeded).
 //! - A sandbox that dies is re-created and the pod runs again in it (init containers too);
-//!   volumes: emptyDir (Memory: tmpfs with sizeLimit), hostPath with type checks; env value
+//!   volumes: emptyDir (Memory: tmpfs with sizeLimit), hostPath with type checks; termination
+//!   messages (terminationMessagePath, FallbackToLogsOnError); env value
 //!   with `$(VAR)` expansion and fieldRef; hostPort port mappings; namespaces options.
 //!
 //! ## Kubelet rules left out
@@ -74,7 +77,7 @@
 //! Ephemeral containers, in-place resize, readiness gates, HTTPS probes,
 //! configMap/secret/projected/PVC volumes and envFrom (refused: there is no API server), the
 //! systemd cgroup driver for the pod cgroup (cgroupfs layout only), hugepages and
-//! ephemeral-storage accounting, node-allocatable limits on `kubepods`, the Burstable QoS
+//! ephemeral-storage accounting, system-reserved/kube-reserved, the Burstable QoS
 //! cgroup's summed shares (BestEffort's are set to 2), and garbage collection of exited
 //! containers beyond the one previous attempt kept per container.
 
@@ -96,6 +99,7 @@ pub mod settings;
 pub mod status;
 pub mod store;
 pub mod supervisor;
+pub mod termination;
 pub mod validate;
 pub mod volumes;
 

@@ -396,7 +396,7 @@ metadata: {name: broken}
 spec:
   restartPolicy: Never
   initContainers:
-  - {name: setup, image: IMAGE, command: [sh, -c, "exit 3"]}
+  - {name: setup, image: IMAGE, command: [sh, -c, "echo 'no config found' > /dev/termination-log; exit 3"]}
   containers:
   - {name: app, image: IMAGE, command: [sleep, "3600"]}
 "#,
@@ -417,6 +417,8 @@ spec:
     let setup = status_of(&broken, "initContainerStatuses", "setup");
     assert_eq!(setup["state"]["terminated"]["exitCode"], 3);
     assert_eq!(setup["state"]["terminated"]["reason"], "Error");
+    // The termination message file, as the kubelet mounts and reads it.
+    assert_eq!(setup["state"]["terminated"]["message"], "no config found\n");
     let app = status_of(&broken, "containerStatuses", "app");
     assert!(app["state"]["waiting"].is_object(), "{app}");
     let uid = broken["metadata"]["uid"].as_str().unwrap().to_string();

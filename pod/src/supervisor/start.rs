@@ -3,6 +3,7 @@
 
 use super::teardown::run_hook;
 use super::*;
+use crate::termination;
 
 impl Supervisor {
     /// Makes the image available per imagePullPolicy; None while it is not.
@@ -128,6 +129,18 @@ impl Supervisor {
             current
         };
         let empty = BTreeMap::new();
+        let term_log = c
+            .termination_message_path
+            .as_deref()
+            .filter(|p| !p.is_empty())
+            .map(|_| termination::host_file(&self.pod_dir(), &c.name, attempt.max(0) as u32))
+            .filter(|f| match termination::prepare(f) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(file = %f.display(), error = %e, "termination message file");
+                    false
+                }
+            });
         let config = cri_config::container_config(
             &self.rec,
             c,
@@ -136,6 +149,7 @@ impl Supervisor {
                 attempt: attempt.max(0) as u32,
                 volumes: self.volumes.as_ref().unwrap_or(&empty),
                 pod_ip: &self.rec.pod_ip,
+                termination_log: term_log.as_deref(),
             },
         );
         let id = match self
@@ -208,7 +222,7 @@ impl Supervisor {
                     format!("Started container {}", c.name),
                 );
                 if let Ok(s) = self.cri.container_status(&id).await {
-                    self.rec.container(&c.name).observed = Some(observed_from(&s));
+                    self.record_status(&c.name, &s);
                 }
                 if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.clone()) {
                     // As the kubelet: a failed postStart hook kills the container.

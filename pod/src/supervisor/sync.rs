@@ -57,6 +57,42 @@ impl Supervisor {
         now_ms() - start.0.as_millisecond() > deadline.saturating_mul(1000)
     }
 
+    /// Takes a ContainerStatus in: the state, and the termination message of an exit.
+    pub(super) fn record_status(&mut self, name: &str, s: &cri::ContainerStatus) {
+        let mut obs = observed_from(s);
+        if obs.state == RunState::Exited && obs.message.is_empty() {
+            obs.message = self.termination_message(name, s);
+        }
+        let r = self.rec.container(name);
+        r.observed = Some(obs);
+        if !s.image_ref.is_empty() {
+            r.image_id = s.image_ref.clone();
+        }
+    }
+
+    /// What the exited attempt left at its terminationMessagePath (or its log's tail).
+    fn termination_message(&self, name: &str, s: &cri::ContainerStatus) -> String {
+        let Some(c) = self.container_spec(name) else {
+            return String::new();
+        };
+        if c.termination_message_path
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+        {
+            return String::new();
+        }
+        let attempt = s.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
+        let file = crate::termination::host_file(&self.pod_dir(), name, attempt);
+        let log = self
+            .pod_dir()
+            .join("logs")
+            .join(name)
+            .join(format!("{attempt}.log"));
+        let fallback = c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+        crate::termination::message(&file, &log, s.exit_code, fallback)
+    }
+
     pub(super) fn current_phase(&mut self) -> Option<String> {
         if let Some(p) = &self.rec.final_phase {
             return Some(p.clone());
@@ -109,6 +145,12 @@ impl Supervisor {
             );
             return false;
         }
+        cgroup::set_node_allocatable(
+            &self.settings.cgroup_root,
+            &self.settings.cgroup_parent,
+            self.settings.allocatable.cpu_milli,
+            self.settings.allocatable.memory,
+        );
         if qos_class(self.rec.spec()) == crate::resources::QosClass::BestEffort {
             cgroup::set_besteffort_shares(&self.settings.cgroup_root, &self.settings.cgroup_parent);
         }
@@ -213,13 +255,7 @@ impl Supervisor {
                 continue;
             };
             match self.cri.container_status(&id).await {
-                Ok(s) => {
-                    let r = self.rec.container(&name);
-                    r.observed = Some(observed_from(&s));
-                    if !s.image_ref.is_empty() {
-                        r.image_id = s.image_ref.clone();
-                    }
-                }
+                Ok(s) => self.record_status(&name, &s),
                 Err(e) if e.code() == Code::NotFound => {
                     // Gone behind our back: the next sync makes a new one.
                     tracing::warn!(container = %name, %id, "container vanished; it will be created again");
