@@ -50,7 +50,7 @@ enum Command {
     /// List pods or show some, as `kubectl get pods`.
     Get(cli::kube::get::GetArgs),
     /// Show a pod in detail with its events, as `kubectl describe pod`.
-    Describe(cli::kube::DescribeArgs),
+    Describe(cli::kube::describe_verb::DescribeArgs),
     /// Wait for a pod condition or for its deletion, as `kubectl wait`.
     Wait(cli::kube::wait::WaitArgs),
     /// Print a container's log, as `kubectl logs`.

@@ -2,7 +2,7 @@
 //! delete) against a TestDaemon, as a user would: the real binary, its stdout, stderr and exit
 //! status. Pods are checked through `peapod get pod NAME -o json`.
 
-use crate::daemon::{bin_dir, TestDaemon};
+use crate::daemon::{bin_dir, DaemonOptions, TestDaemon};
 use peapod_image::testsupport::{docker_archive, ImageSpec};
 use serde_json::Value;
 use std::io::Write;
@@ -44,22 +44,18 @@ pub async fn pod_daemon(name: &str) -> TestDaemon {
 }
 
 pub async fn pod_daemon_with(name: &str, extra_pods_config: &str) -> TestDaemon {
-    let mut d = TestDaemon::start(name).await;
-    // The cgroup parent is the slot's, known only once the daemon has one: append the [pods]
-    // table to its configuration and start it again on the same directories.
     let extra = format!(
-        "\n[pods]\nnode_name = \"e2e-node\"\nallocatable_cpu = \"4\"\nallocatable_memory = \"8Gi\"\n\
-         cgroup_parent = \"{parent}/kubepods\"\nrestart_backoff_base_seconds = 1\nsync_period_ms = 200\n{extra_pods_config}\n",
-        parent = d.cgroup_parent
+        "[pods]\nnode_name = \"e2e-node\"\nallocatable_cpu = \"4\"\nallocatable_memory = \"8Gi\"\n\
+         cgroup_parent = \"{{cgroup_parent}}/kubepods\"\nrestart_backoff_base_seconds = 1\nsync_period_ms = 200\n{extra_pods_config}\n"
     );
-    let config = d.dir.join("config.toml");
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&config)
-        .expect("open the daemon's config");
-    f.write_all(extra.as_bytes()).expect("append [pods]");
-    drop(f);
-    d.restart().await;
+    let d = TestDaemon::start_with(
+        name,
+        DaemonOptions {
+            extra_config: extra,
+            ..Default::default()
+        },
+    )
+    .await;
     import_busybox(&d);
     d
 }

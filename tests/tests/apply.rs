@@ -5,12 +5,7 @@
 //!
 //! Polling is bounded ("within 90 s it reaches X"); nothing asserts on speed.
 //!
-//! Known defects on the pod supervisor's side (branch `pod`), which these tests catch:
-//! - Deleting a pod leaves its pod cgroup `kubepods/<qos>/pod<uid>` in every cgroup v1
-//!   hierarchy the supervisor does not manage itself (cpuset, devices, freezer, blkio,
-//!   net_cls..., systemd, unified): runc creates the container cgroups below it in all of them,
-//!   but pod/src/cgroup.rs removes only cpu, cpuacct, memory and pids. (`leftovers` fails in
-//!   every test that deletes a pod.)
+//! Known defect on the pod supervisor's side (branch `pod`), which these tests catch:
 //! - A pod whose init container failed with restartPolicy Never is Failed with condition
 //!   Initialized=True (reason PodCompleted); the kubelet reports Initialized=True/PodCompleted
 //!   only for Succeeded pods, so kubectl (and `peapod get pods`) shows `Init:Error` for it.
@@ -197,6 +192,10 @@ async fn war_pod_init_then_server_and_sidecar_share_volumes_and_localhost() {
         cells.contains(&ip.as_str()) && cells.contains(&"e2e-node"),
         "{row}"
     );
+    let named = peapod(&d, &["get", "pods", "-l", "app=war", "-o", "name"]).ok("get -l");
+    assert_eq!(named.stdout, "pod/war\n");
+    let none = peapod(&d, &["get", "pods", "-l", "app!=war"]).ok("get -l none");
+    assert_eq!(none.stderr, "No resources found in default namespace.\n");
     let describe = peapod(&d, &["describe", "pod", "war"]).ok("describe");
     for needle in [
         "Init Containers:\n  deploy-war:\n",
@@ -537,6 +536,24 @@ async fn readiness_toggles_ready_both_ways_and_exec_returns_exit_codes() {
         Some("hello\n"),
     );
     assert_eq!((r.code, r.stdout.as_str()), (3, "got hello\n"), "{r:#?}");
+    // -it: a terminal of the local terminal's size (script(1) gives the CLI a pseudo-terminal
+    // of 40 rows, 100 columns), raw mode, and the exit code back.
+    let cli = format!(
+        "stty rows 40 cols 100; {} --endpoint {} exec -it gate -- sh -c {}",
+        e2e::daemon::bin_dir().join("peapod").display(),
+        d.socket.display(),
+        // The size arrives on the resize stream, right after the command starts.
+        "'for i in $(seq 1 100); do s=$(stty size 2>/dev/null); [ \"$s\" = \"40 100\" ] && break; sleep 0.05; done; echo \"size $s\"; tty; exit 4'"
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cli, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script(1)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("size 40 100"), "{text}");
+    assert!(text.contains("/dev/pts/"), "{text}");
 
     // --for=delete
     let r = peapod(
@@ -753,4 +770,119 @@ async fn bad_manifests_are_refused_naming_the_field_and_nothing_is_created() {
             "Error from server (NotFound): pods \"nothing-here\" not found\n"
         )
     );
+}
+
+const TICKER: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: ticker
+spec:
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command:
+    - sh
+    - -c
+    - i=0; while [ ! -e /tmp/stop ]; do i=$((i+1)); echo tick $i; sleep 0.1; done; echo end
+"#;
+
+fn ticks(text: &str) -> Vec<u64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("tick "))
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// Tick lines in a CRI log file (`<time> stdout F tick N`).
+fn raw_ticks(text: &str) -> usize {
+    text.lines()
+        .filter(|l| l.contains(" stdout F tick "))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_across_log_rotation_until_the_container_exits() {
+    let mut d = pod_daemon("apply-logs").await;
+    apply(&d, TICKER).ok("apply ticker");
+    let pod = wait_pod(&d, "ticker", LIMIT, "logging", |_| {
+        ticks(&peapod(&d, &["logs", "ticker"]).stdout).len() >= 3
+    });
+    let id = text(container_status(&pod, "app").unwrap(), "/containerID")
+        .trim_start_matches("peapod://")
+        .to_string();
+    let log_path = d
+        .cri
+        .runtime
+        .container_status(cri::ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("ContainerStatus")
+        .into_inner()
+        .status
+        .expect("status")
+        .log_path;
+
+    let mut follower = std::process::Command::new(e2e::daemon::bin_dir().join("peapod"))
+        .arg("--endpoint")
+        .arg(&d.socket)
+        .args(["logs", "-f", "ticker"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start logs -f");
+    // Its lines, as they come.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = follower.stdout.take().expect("stdout pipe");
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    // The follower has the file open once it has printed from it.
+    while lines.len() < 3 {
+        let line = rx
+            .recv_timeout(LIMIT)
+            .expect("logs -f prints the log so far");
+        lines.push(line);
+    }
+
+    // Rotate as the kubelet does: rename the file, then ask the runtime to reopen it.
+    let rotated = format!("{log_path}.1");
+    std::fs::rename(&log_path, &rotated).expect("rename the log");
+    d.cri
+        .runtime
+        .reopen_container_log(cri::ReopenContainerLogRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect("ReopenContainerLog");
+    // The new file fills: `logs` (which reads the current file) starts again from there.
+    wait_pod(&d, "ticker", LIMIT, "logging into the new file", |_| {
+        std::fs::read_to_string(&log_path).is_ok_and(|t| raw_ticks(&t) >= 3)
+    });
+    peapod(&d, &["exec", "ticker", "--", "touch", "/tmp/stop"]).ok("stop the ticker");
+
+    lines.extend(rx.iter());
+    reader.join().expect("reader thread");
+    let status = follower.wait().expect("logs -f ends");
+    assert!(status.success(), "{status:?}");
+    let text_out = lines.join("\n") + "\n";
+    let seen = ticks(&text_out);
+    // Every line, once and in order, across both files, up to the container's last.
+    let expected: Vec<u64> = (1..=seen.len() as u64).collect();
+    assert_eq!(seen, expected, "{text_out}");
+    assert!(text_out.ends_with("end\n"), "{text_out}");
+    let old = raw_ticks(&std::fs::read_to_string(&rotated).unwrap_or_default());
+    assert!(seen.len() > old && old > 0, "followed past the rotation");
+    peapod(&d, &["delete", "pod", "ticker"]).ok("delete");
+    assert!(leftovers(&d).is_empty(), "{:#?}", leftovers(&d));
 }

@@ -38,8 +38,11 @@ pub async fn run(c: &mut Clients, a: DeleteArgs) -> anyhow::Result<()> {
             );
         }
         for source in manifest::read_sources(&a.files)? {
-            let text = String::from_utf8_lossy(&source.bytes);
-            targets.extend(manifest::pod_refs(&text, &source.name, &a.ns.namespace)?);
+            targets.extend(manifest::pod_refs(
+                &source.bytes,
+                &source.name,
+                &a.ns.namespace,
+            )?);
         }
     } else {
         let Some(resource) = a.resource.as_deref() else {

@@ -157,6 +157,11 @@ pub fn describe_pod(pod: &Value, events: &[Value], now: i64) -> String {
         "=",
     );
     tolerations(&mut o, arr(pod, "/spec/tolerations"));
+    if events.is_empty() {
+        // Without events kubectl writes this line to the same tabwriter as the lines above.
+        o.w(0, "Events:\t<none>\n");
+        return tabwriter::align(&o.0, tabwriter::DESCRIBE);
+    }
     let mut text = tabwriter::align(&o.0, tabwriter::DESCRIBE);
     // kubectl flushes its tabwriter before the events table, which is aligned on its own.
     text.push_str(&tabwriter::align(
@@ -544,9 +549,6 @@ fn volumes(o: &mut Out, list: &[Value]) {
 
 /// The Events table (after the flush), sorted by last timestamp as kubectl sorts them.
 fn events_table(events: &[Value], now: i64) -> String {
-    if events.is_empty() {
-        return "Events:\t<none>\n".into();
-    }
     let mut sorted: Vec<&Value> = events.iter().collect();
     let last = |e: &Value| {
         e.pointer("/lastTimestamp")
@@ -768,6 +770,10 @@ Events:
         assert!(text.contains("Node:         <none>\n"), "{text}");
         assert!(text.contains("Reason:       OutOfcpu\n"), "{text}");
         assert!(text.contains("IPs:          <none>\n"), "{text}");
-        assert!(text.ends_with("Events:  <none>\n"), "{text}");
+        // Aligned with the lines above it, as kubectl does when there are no events.
+        assert!(
+            text.ends_with("Tolerations:     <none>\nEvents:          <none>\n"),
+            "{text}"
+        );
     }
 }

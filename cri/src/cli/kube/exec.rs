@@ -2,7 +2,7 @@
 //! daemon's streaming server (SPDY, as kubectl) with stdin and/or a terminal. The command's
 //! exit code becomes this process's.
 
-use super::logs::{get_pod, pick, pod_name, Default};
+use super::target::{get_pod, pick, pod_name, DefaultContainer};
 use super::{Clients, KubeError, NamespaceArg};
 use peapod_proto::v1 as cri;
 use peapod_streaming::client::{remote_command_spdy, ClientOptions, CommandIo, Outcome};
@@ -36,7 +36,7 @@ pub struct ExecArgs {
 pub async fn run(c: &mut Clients, a: ExecArgs) -> anyhow::Result<i32> {
     let name = pod_name(&a.pod)?;
     let pod = get_pod(c, &a.ns.namespace, name).await?;
-    let (picked, notice) = pick(&pod, a.container.as_deref(), Default::First)?;
+    let (picked, notice) = pick(&pod, a.container.as_deref(), DefaultContainer::First)?;
     if let (Some(n), false) = (notice, a.quiet) {
         eprintln!("{n}");
     }

@@ -1,10 +1,9 @@
 //! `peapod logs NAME [-c C] [-f] [--previous] [--tail N] [--timestamps]`: reads the container's
 //! CRI log file (its path from CRI ContainerStatus; this CLI runs as root on the daemon's host).
 
-use super::{crilog, parse_pod, Clients, KubeError, NamespaceArg};
-use peapod_proto::pods as api;
+use super::target::{get_pod, pick, pod_name, DefaultContainer};
+use super::{crilog, Clients, KubeError, NamespaceArg};
 use peapod_proto::v1 as cri;
-use serde_json::Value;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
@@ -32,149 +31,6 @@ pub struct LogsArgs {
     pub ns: NamespaceArg,
 }
 
-/// A container of a pod picked by name, with the CRI ids kubectl reads logs and execs through.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Picked {
-    pub name: String,
-    /// The current instance (None while it waits to be created).
-    pub container_id: Option<String>,
-    /// The instance before the last restart.
-    pub previous_id: Option<String>,
-    /// Why it is not running, when it waits.
-    pub waiting_reason: Option<String>,
-}
-
-fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
-}
-
-fn names(pod: &Value, pointer: &str) -> Vec<String> {
-    pod.pointer(pointer)
-        .and_then(Value::as_array)
-        .map(|cs| cs.iter().map(|c| s(c, "/name").to_string()).collect())
-        .unwrap_or_default()
-}
-
-/// `peapod://ID` (any scheme) to `ID`.
-fn cri_id(container_id: &str) -> Option<String> {
-    let id = container_id
-        .split_once("://")
-        .map(|(_, id)| id)
-        .unwrap_or(container_id);
-    (!id.is_empty()).then(|| id.to_string())
-}
-
-/// How a verb picks a container when none is named.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Default {
-    /// `logs`: only when the pod has exactly one app container.
-    OnlyOne,
-    /// `exec`: kubectl's default-container annotation, else the first app container, with a
-    /// notice (returned alongside) naming the others.
-    First,
-}
-
-/// Picks the container `requested` (or the default) of `pod`; the notice, if any, is what
-/// kubectl prints to stderr about the choice.
-pub fn pick(
-    pod: &Value,
-    requested: Option<&str>,
-    default: Default,
-) -> Result<(Picked, Option<String>), KubeError> {
-    let pod_name = s(pod, "/metadata/name");
-    let apps = names(pod, "/spec/containers");
-    let inits = names(pod, "/spec/initContainers");
-    let mut notice = None;
-    let name = match requested {
-        Some(n) if apps.iter().chain(&inits).any(|c| c == n) => n.to_string(),
-        Some(n) => {
-            return Err(KubeError::Usage(format!(
-                "container {n} is not valid for pod {pod_name}"
-            )))
-        }
-        None if apps.len() == 1 => apps[0].clone(),
-        None if apps.is_empty() => {
-            return Err(KubeError::Usage(format!(
-                "pod {pod_name} has no containers"
-            )))
-        }
-        None => match default {
-            Default::OnlyOne => {
-                let mut msg = format!(
-                    "a container name must be specified for pod {pod_name}, choose one of: [{}]",
-                    apps.join(" ")
-                );
-                if !inits.is_empty() {
-                    msg.push_str(&format!(
-                        " or one of the init containers: [{}]",
-                        inits.join(" ")
-                    ));
-                }
-                return Err(KubeError::Usage(msg));
-            }
-            Default::First => {
-                let annotated = s(
-                    pod,
-                    "/metadata/annotations/kubectl.kubernetes.io~1default-container",
-                );
-                let chosen = if apps.iter().any(|a| a == annotated) {
-                    annotated.to_string()
-                } else {
-                    apps[0].clone()
-                };
-                let all: Vec<String> = apps
-                    .iter()
-                    .cloned()
-                    .chain(inits.iter().map(|i| format!("{i} (init)")))
-                    .collect();
-                notice = Some(format!(
-                    "Defaulted container \"{chosen}\" out of: {}",
-                    all.join(", ")
-                ));
-                chosen
-            }
-        },
-    };
-    let status = ["/status/containerStatuses", "/status/initContainerStatuses"]
-        .iter()
-        .filter_map(|p| pod.pointer(p).and_then(Value::as_array))
-        .flatten()
-        .find(|st| s(st, "/name") == name);
-    let picked = Picked {
-        name,
-        container_id: status.and_then(|st| cri_id(s(st, "/containerID"))),
-        previous_id: status.and_then(|st| cri_id(s(st, "/lastState/terminated/containerID"))),
-        waiting_reason: status
-            .map(|st| s(st, "/state/waiting/reason").to_string())
-            .filter(|r| !r.is_empty()),
-    };
-    Ok((picked, notice))
-}
-
-/// Gets the pod or kubectl's NotFound error.
-pub async fn get_pod(c: &mut Clients, namespace: &str, name: &str) -> anyhow::Result<Value> {
-    let r = c
-        .pods
-        .get(api::GetRequest {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        })
-        .await
-        .map_err(|s| KubeError::from_status(s, name))?;
-    parse_pod(&r.into_inner().pod_json)
-}
-
-/// `pod/NAME` or `NAME`.
-pub fn pod_name(arg: &str) -> Result<&str, KubeError> {
-    match arg.split_once('/') {
-        Some((kind, name)) => {
-            super::check_resource(kind)?;
-            Ok(name)
-        }
-        None => Ok(arg),
-    }
-}
-
 async fn container_status(c: &mut Clients, id: &str) -> anyhow::Result<cri::ContainerStatus> {
     let r = c
         .cri
@@ -193,7 +49,7 @@ async fn container_status(c: &mut Clients, id: &str) -> anyhow::Result<cri::Cont
 pub async fn run(c: &mut Clients, a: LogsArgs) -> anyhow::Result<()> {
     let name = pod_name(&a.pod)?;
     let pod = get_pod(c, &a.ns.namespace, name).await?;
-    let (picked, _) = pick(&pod, a.container.as_deref(), Default::OnlyOne)?;
+    let (picked, _) = pick(&pod, a.container.as_deref(), DefaultContainer::OnlyOne)?;
     let id = if a.previous {
         picked.previous_id.clone().ok_or_else(|| {
             KubeError::Usage(format!(
@@ -202,7 +58,9 @@ pub async fn run(c: &mut Clients, a: LogsArgs) -> anyhow::Result<()> {
             ))
         })?
     } else {
-        match &picked.container_id {
+        // A container waiting to be restarted (CrashLoopBackOff) shows its last instance, as
+        // the kubelet's log endpoint does.
+        match picked.container_id.as_ref().or(picked.previous_id.as_ref()) {
             Some(id) => id.clone(),
             None => {
                 return Err(KubeError::Usage(format!(
@@ -270,28 +128,21 @@ async fn print_log(
     let mut inode = file.metadata()?.ino();
     let mut carry = Vec::new();
     loop {
-        file.seek(SeekFrom::Start(pos))?;
-        let mut chunk = Vec::new();
-        file.read_to_end(&mut chunk)?;
-        pos += chunk.len() as u64;
-        carry.extend_from_slice(&chunk);
-        if let Some(end) = carry.iter().rposition(|b| *b == b'\n') {
-            let lines: Vec<u8> = carry.drain(..=end).collect();
-            let mut out = std::io::stdout().lock();
-            for raw in String::from_utf8_lossy(&lines).lines() {
-                if let Some(l) = assembler.push(raw) {
-                    out.write_all(l.render(timestamps).as_bytes())?;
-                }
-            }
-            out.flush()?;
-        }
-        if !chunk.is_empty() {
+        let read = read_new(&mut file, &mut pos, &mut carry)?;
+        emit_complete(&mut carry, &mut assembler, timestamps)?;
+        if read > 0 {
             continue;
         }
-        // At the end: a rotated file (new inode, or truncated) is reopened from its start.
+        // At the end: a rotated file (a new one at the path, or this one truncated) is
+        // followed from its start, once what the old one still held has been read: the shim
+        // writes to the new file only, once it exists.
         if let Ok(meta) = std::fs::metadata(path) {
             if meta.ino() != inode || meta.len() < pos {
                 if let Ok(f) = std::fs::File::open(path) {
+                    if meta.ino() != inode {
+                        read_new(&mut file, &mut pos, &mut carry)?;
+                        emit_complete(&mut carry, &mut assembler, timestamps)?;
+                    }
                     file = f;
                     inode = meta.ino();
                     pos = 0;
@@ -305,16 +156,10 @@ async fn print_log(
             .unwrap_or(true);
         if exited {
             // One last read: output written just before the exit.
-            file.seek(SeekFrom::Start(pos))?;
-            let mut rest = Vec::new();
-            file.read_to_end(&mut rest)?;
-            carry.extend_from_slice(&rest);
+            read_new(&mut file, &mut pos, &mut carry)?;
+            carry.push(b'\n');
+            emit_complete(&mut carry, &mut assembler, timestamps)?;
             let mut out = std::io::stdout().lock();
-            for raw in String::from_utf8_lossy(&carry).lines() {
-                if let Some(l) = assembler.push(raw) {
-                    out.write_all(l.render(timestamps).as_bytes())?;
-                }
-            }
             for l in assembler.finish() {
                 out.write_all(l.render(timestamps).as_bytes())?;
             }
@@ -325,59 +170,35 @@ async fn print_log(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
+/// Appends what `file` holds past `pos` to `carry`; returns how many bytes that was.
+fn read_new(
+    file: &mut std::fs::File,
+    pos: &mut u64,
+    carry: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    file.seek(SeekFrom::Start(*pos))?;
+    let before = carry.len();
+    file.read_to_end(carry)?;
+    let n = carry.len() - before;
+    *pos += n as u64;
+    Ok(n)
+}
 
-    fn pod() -> Value {
-        json!({"metadata": {"name": "war"},
-            "spec": {"initContainers": [{"name": "install"}],
-                     "containers": [{"name": "web"}, {"name": "shipper"}]},
-            "status": {
-                "initContainerStatuses": [{"name": "install", "containerID": "peapod://i1",
-                    "state": {"terminated": {"exitCode": 0}}}],
-                "containerStatuses": [
-                    {"name": "web", "containerID": "peapod://w2",
-                     "lastState": {"terminated": {"containerID": "peapod://w1"}},
-                     "state": {"running": {}}},
-                    {"name": "shipper", "state": {"waiting": {"reason": "ContainerCreating"}}}]}})
+/// Prints the complete lines at the front of `carry`, keeping an unfinished last one.
+fn emit_complete(
+    carry: &mut Vec<u8>,
+    assembler: &mut crilog::Assembler,
+    timestamps: bool,
+) -> std::io::Result<()> {
+    let Some(end) = carry.iter().rposition(|b| *b == b'\n') else {
+        return Ok(());
+    };
+    let lines: Vec<u8> = carry.drain(..=end).collect();
+    let mut out = std::io::stdout().lock();
+    for raw in String::from_utf8_lossy(&lines).lines() {
+        if let Some(l) = assembler.push(raw) {
+            out.write_all(l.render(timestamps).as_bytes())?;
+        }
     }
-
-    #[test]
-    fn picks_named_containers_with_their_ids() {
-        let (p, notice) = pick(&pod(), Some("web"), Default::OnlyOne).unwrap();
-        assert_eq!(p.container_id.as_deref(), Some("w2"));
-        assert_eq!(p.previous_id.as_deref(), Some("w1"));
-        assert!(notice.is_none());
-        let (p, _) = pick(&pod(), Some("install"), Default::OnlyOne).unwrap();
-        assert_eq!(p.container_id.as_deref(), Some("i1"));
-        let (p, _) = pick(&pod(), Some("shipper"), Default::OnlyOne).unwrap();
-        assert_eq!(
-            (p.container_id, p.waiting_reason.as_deref()),
-            (None, Some("ContainerCreating"))
-        );
-        let e = pick(&pod(), Some("nope"), Default::OnlyOne).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "error: container nope is not valid for pod war"
-        );
-    }
-
-    #[test]
-    fn several_app_containers_need_a_name_for_logs_and_default_for_exec() {
-        let e = pick(&pod(), None, Default::OnlyOne).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "error: a container name must be specified for pod war, choose one of: [web shipper] or one of the init containers: [install]"
-        );
-        let (p, notice) = pick(&pod(), None, Default::First).unwrap();
-        assert_eq!(p.name, "web");
-        assert_eq!(
-            notice.as_deref(),
-            Some("Defaulted container \"web\" out of: web, shipper, install (init)")
-        );
-        let single = json!({"metadata": {"name": "one"}, "spec": {"containers": [{"name": "a"}]}});
-        assert_eq!(pick(&single, None, Default::OnlyOne).unwrap().0.name, "a");
-    }
+    out.flush()
 }

@@ -2,7 +2,6 @@
 //! and *.json, sorted) and `-` for stdin; and, for `delete -f`, the pods a manifest names.
 
 use anyhow::Context;
-use serde_json::Value;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -67,57 +66,25 @@ pub struct PodRef {
     pub name: String,
 }
 
-/// The pods named by the documents of `text` (YAML, several documents, or JSON); a document
-/// of another kind, or one without a name, is an error naming it.
-pub fn pod_refs(text: &str, source: &str, default_ns: &str) -> anyhow::Result<Vec<PodRef>> {
-    let docs: Vec<Value> = if text.trim_start().starts_with('{') {
-        vec![serde_json::from_str(text).with_context(|| format!("parse {source} as JSON"))?]
-    } else {
-        serde_saphyr::from_multiple::<Value>(text)
-            .map_err(|e| anyhow::anyhow!("parse {source} as YAML: {e}"))?
-    };
-    let mut out = Vec::new();
-    for (i, doc) in docs.into_iter().enumerate() {
-        if doc.is_null() {
-            continue;
-        }
-        let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("");
-        if kind == "List" {
-            if let Some(items) = doc.get("items").and_then(Value::as_array) {
-                for item in items {
-                    let item_text = serde_json::to_string(item)?;
-                    out.extend(pod_refs(&item_text, source, default_ns)?);
-                }
-            }
-            continue;
-        }
-        if kind != "Pod" {
-            anyhow::bail!(
-                "{source}: document {}: kind {kind:?} is not supported: peapod runs kind: Pod only",
-                i + 1
-            );
-        }
-        let name = doc
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .with_context(|| {
-                format!(
+/// The pods named by the documents of a manifest (YAML, several documents, or JSON), parsed
+/// as `apply` parses them (peapod-pod's manifest reader); a document of another kind, or a pod
+/// without a name, is an error naming it.
+pub fn pod_refs(bytes: &[u8], source: &str, default_ns: &str) -> anyhow::Result<Vec<PodRef>> {
+    let names = peapod_pod::manifest::pod_names(bytes, source, default_ns)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(i, (namespace, name))| {
+            if name.is_empty() {
+                anyhow::bail!(
                     "{source}: document {}: metadata.name: Required value",
                     i + 1
-                )
-            })?;
-        let namespace = doc
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .unwrap_or(default_ns);
-        out.push(PodRef {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        });
-    }
-    Ok(out)
+                );
+            }
+            Ok(PodRef { namespace, name })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -128,7 +95,7 @@ mod tests {
     fn names_from_yaml_documents_and_json() {
         let yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: b\n  namespace: other\n";
         assert_eq!(
-            pod_refs(yaml, "f", "default").unwrap(),
+            pod_refs(yaml.as_bytes(), "f", "default").unwrap(),
             vec![
                 PodRef {
                     namespace: "default".into(),
@@ -141,19 +108,24 @@ mod tests {
             ]
         );
         let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"}}"#;
-        assert_eq!(pod_refs(json, "f", "ns").unwrap()[0].name, "j");
+        assert_eq!(pod_refs(json.as_bytes(), "f", "ns").unwrap()[0].name, "j");
     }
 
     #[test]
     fn other_kinds_and_nameless_pods_are_refused() {
         let e = pod_refs(
-            "kind: Deployment\nmetadata:\n  name: d\n",
+            b"apiVersion: v1\nkind: Deployment\nmetadata:\n  name: d\n",
             "f.yaml",
             "default",
         )
         .unwrap_err();
         assert!(e.to_string().contains("Deployment"), "{e}");
-        let e = pod_refs("kind: Pod\nmetadata: {}\n", "f.yaml", "default").unwrap_err();
+        let e = pod_refs(
+            b"apiVersion: v1\nkind: Pod\nmetadata: {}\n",
+            "f.yaml",
+            "default",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("metadata.name"), "{e}");
     }
 }

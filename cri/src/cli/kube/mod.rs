@@ -7,12 +7,15 @@ pub mod apply;
 pub mod crilog;
 pub mod delete;
 pub mod describe;
+pub mod describe_verb;
 pub mod exec;
 pub mod get;
 pub mod logs;
 pub mod manifest;
+pub mod selector;
 pub mod table;
 pub mod tabwriter;
+pub mod target;
 pub mod time;
 pub mod wait;
 pub mod yaml;
@@ -131,7 +134,7 @@ pub async fn run(verb: Verb, endpoint: &str) -> i32 {
         match verb {
             Verb::Apply(a) => apply::run(&mut c, a).await.map(|()| 0),
             Verb::Get(a) => get::run(&mut c, a).await.map(|()| 0),
-            Verb::Describe(a) => describe_verb(&mut c, a).await.map(|()| 0),
+            Verb::Describe(a) => describe_verb::run(&mut c, a).await.map(|()| 0),
             Verb::Wait(a) => wait::run(&mut c, a).await.map(|()| 0),
             Verb::Logs(a) => logs::run(&mut c, a).await.map(|()| 0),
             Verb::Exec(a) => exec::run(&mut c, a).await,
@@ -155,95 +158,9 @@ pub async fn run(verb: Verb, endpoint: &str) -> i32 {
 pub enum Verb {
     Apply(apply::ApplyArgs),
     Get(get::GetArgs),
-    Describe(DescribeArgs),
+    Describe(describe_verb::DescribeArgs),
     Wait(wait::WaitArgs),
     Logs(logs::LogsArgs),
     Exec(exec::ExecArgs),
     Delete(delete::DeleteArgs),
-}
-
-/// `peapod describe pod NAME...` (all pods of the namespace without a name).
-#[derive(clap::Args, Debug)]
-pub struct DescribeArgs {
-    /// `pod` (or `pod/NAME`).
-    pub resource: String,
-    /// Pod names.
-    pub names: Vec<String>,
-    #[command(flatten)]
-    pub ns: NamespaceArg,
-}
-
-async fn describe_verb(c: &mut Clients, a: DescribeArgs) -> anyhow::Result<()> {
-    use peapod_proto::pods as api;
-    let mut names = a.names.clone();
-    match split_slash(&a.resource) {
-        Some((kind, name)) => {
-            check_resource(kind)?;
-            names.insert(0, name.to_string());
-        }
-        None => check_resource(&a.resource)?,
-    }
-    let pods: Vec<serde_json::Value> = if names.is_empty() {
-        let list = c
-            .pods
-            .list(api::ListRequest {
-                namespace: a.ns.namespace.clone(),
-                all_namespaces: false,
-            })
-            .await
-            .map_err(|s| KubeError::from_status(s, ""))?
-            .into_inner();
-        list.pod_json
-            .iter()
-            .map(|j| parse_pod(j))
-            .collect::<anyhow::Result<_>>()?
-    } else {
-        let mut out = Vec::new();
-        for name in &names {
-            let got = c
-                .pods
-                .get(api::GetRequest {
-                    namespace: a.ns.namespace.clone(),
-                    name: name.clone(),
-                })
-                .await
-                .map_err(|s| KubeError::from_status(s, name))?
-                .into_inner();
-            out.push(parse_pod(&got.pod_json)?);
-        }
-        out
-    };
-    let now = time::now();
-    let mut first = true;
-    for pod in pods {
-        let name = pod
-            .pointer("/metadata/name")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let namespace = pod
-            .pointer("/metadata/namespace")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or(&a.ns.namespace)
-            .to_string();
-        let events = c
-            .pods
-            .events(api::EventsRequest {
-                namespace,
-                name: name.clone(),
-            })
-            .await
-            .map_err(|s| KubeError::from_status(s, &name))?
-            .into_inner()
-            .event_json
-            .iter()
-            .filter_map(|j| serde_json::from_str(j).ok())
-            .collect::<Vec<serde_json::Value>>();
-        if !first {
-            println!("\n");
-        }
-        first = false;
-        print!("{}", describe::describe_pod(&pod, &events, now));
-    }
-    Ok(())
 }

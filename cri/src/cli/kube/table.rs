@@ -217,27 +217,61 @@ fn none_if_empty(v: &str) -> String {
     }
 }
 
-/// The whole table; `wide` adds IP, NODE, NOMINATED NODE and READINESS GATES, and
-/// `with_namespace` (for `-A`) a NAMESPACE column first.
-pub fn render(pods: &[Value], wide: bool, with_namespace: bool, now: i64) -> String {
+/// Which optional columns the table has.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Columns {
+    /// IP, NODE, NOMINATED NODE and READINESS GATES (`-o wide`).
+    pub wide: bool,
+    /// NAMESPACE first (`-A`).
+    pub namespace: bool,
+    /// LABELS last (`--show-labels`).
+    pub labels: bool,
+}
+
+/// `k=v,k2=v2` sorted by key, `<none>` without labels.
+fn labels_cell(pod: &Value) -> String {
+    let mut pairs: Vec<String> = pod
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    if pairs.is_empty() {
+        return "<none>".into();
+    }
+    pairs.sort();
+    pairs.join(",")
+}
+
+/// The whole table, aligned as kubectl aligns it.
+pub fn render(pods: &[Value], columns: Columns, now: i64) -> String {
     let mut text = String::new();
     let mut header = vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE"];
-    if with_namespace {
+    if columns.namespace {
         header.insert(0, "NAMESPACE");
     }
-    if wide {
+    if columns.wide {
         header.extend(["IP", "NODE", "NOMINATED NODE", "READINESS GATES"]);
+    }
+    if columns.labels {
+        header.push("LABELS");
     }
     text.push_str(&header.join("\t"));
     text.push('\n');
     for pod in pods {
         let r = pod_row(pod, now);
         let mut cells = vec![r.name, r.ready, r.status, r.restarts, r.age];
-        if with_namespace {
+        if columns.namespace {
             cells.insert(0, r.namespace);
         }
-        if wide {
+        if columns.wide {
             cells.extend([r.ip, r.node, r.nominated_node, r.readiness_gates]);
+        }
+        if columns.labels {
+            cells.push(labels_cell(pod));
         }
         text.push_str(&cells.join("\t"));
         text.push('\n');
@@ -408,16 +442,45 @@ mod tests {
     #[test]
     fn table_layout() {
         let pod = base(json!({"phase": "Pending"}));
-        let t = render(std::slice::from_ref(&pod), false, false, now());
+        let t = render(std::slice::from_ref(&pod), Columns::default(), now());
         assert_eq!(
             t,
             "NAME      READY     STATUS    RESTARTS   AGE\nwar       0/2       Pending   0          2m10s\n"
         );
-        let wide = render(&[pod], true, true, now());
+        let wide = render(
+            std::slice::from_ref(&pod),
+            Columns {
+                wide: true,
+                namespace: true,
+                labels: false,
+            },
+            now(),
+        );
         assert_eq!(
             wide,
             "NAMESPACE   NAME      READY     STATUS    RESTARTS   AGE       IP        NODE      NOMINATED NODE   READINESS GATES\n\
              default     war       0/2       Pending   0          2m10s     <none>    node1     <none>           <none>\n"
+        );
+        let mut labelled = pod;
+        labelled["metadata"]["labels"] = json!({"tier": "web", "app": "war"});
+        let t = render(
+            &[labelled],
+            Columns {
+                labels: true,
+                ..Columns::default()
+            },
+            now(),
+        );
+        assert!(
+            t.lines().next().unwrap().ends_with("AGE       LABELS"),
+            "{t}"
+        );
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("2m10s     app=war,tier=web"),
+            "{t}"
         );
     }
 }
