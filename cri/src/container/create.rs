@@ -205,11 +205,8 @@ impl ContainerService {
             paths: &peapod_spec::RealHost,
         })
         .map_err(Error::from)?;
-        let config_json = bundle.join("config.json");
-        // peapod-spec's writer sorts the capability sets, so a spec always serializes alike.
-        let bytes = peapod_spec::spec_json(&spec).map_err(Error::from)?;
+        crate::runtime_spec::write_config(&bundle, &spec)?;
         self.processes.remember(id, &spec);
-        std::fs::write(&config_json, bytes).map_err(|e| Error::path("write", &config_json, e))?;
 
         let exit_file = root_dir.join("exit");
         let record = ContainerRecord {

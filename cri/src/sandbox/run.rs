@@ -230,9 +230,7 @@ impl SandboxService {
                 cgroups_path: &rec.cgroups_path,
             },
         )?;
-        let config_json = bundle.join("config.json");
-        spec.save(&config_json)
-            .map_err(|e| Error::internal(format!("write {}: {e}", config_json.display())))?;
+        crate::runtime_spec::write_config(&bundle, &spec)?;
         let options = CreateOptions {
             // Nothing happens between create and start of a pause: one runtime call.
             start: true,

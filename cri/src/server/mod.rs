@@ -2,11 +2,13 @@
 //! errors to `Status`. One file per group of calls; this file only routes.
 
 mod container;
+mod events;
+mod exec;
 mod image;
 mod runtime_info;
 mod sandbox;
 mod stats;
-mod streaming;
+mod unimplemented;
 
 use crate::daemon::Daemon;
 use crate::error::Error;
@@ -124,15 +126,15 @@ fn log_failure(method: &str, err: &Error) {
     }
 }
 
-/// Both CRI services over one runtime.
+/// Both CRI services (RuntimeService and ImageService) over the daemon.
 #[derive(Clone)]
-pub struct Cri {
+pub struct CriService {
     rt: Arc<Daemon>,
 }
 
-impl Cri {
-    pub fn new(rt: Arc<Daemon>) -> Cri {
-        Cri { rt }
+impl CriService {
+    pub fn new(rt: Arc<Daemon>) -> CriService {
+        CriService { rt }
     }
 }
 
@@ -156,7 +158,7 @@ pub async fn serve(
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("chmod {}", socket.display()))?;
     tracing::info!(socket = %socket.display(), "serving CRI");
-    let cri = Cri::new(rt);
+    let cri = CriService::new(rt);
     // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
     let incoming = peapod_uds::incoming(listener);
     tonic::transport::Server::builder()
@@ -173,7 +175,7 @@ type EventStream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<cri::ContainerEventResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl RuntimeService for Cri {
+impl RuntimeService for CriService {
     async fn version(&self, r: Request<cri::VersionRequest>) -> RpcResult<cri::VersionResponse> {
         rpc("Version", r, |req| {
             std::future::ready(runtime_info::version(&self.rt, req))
@@ -301,22 +303,19 @@ impl RuntimeService for Cri {
         &self,
         r: Request<cri::ExecSyncRequest>,
     ) -> RpcResult<cri::ExecSyncResponse> {
-        rpc("ExecSync", r, |req| streaming::exec_sync(&self.rt, req)).await
+        rpc("ExecSync", r, |req| exec::exec_sync(&self.rt, req)).await
     }
     async fn exec(&self, r: Request<cri::ExecRequest>) -> RpcResult<cri::ExecResponse> {
-        rpc("Exec", r, |req| streaming::exec(&self.rt, req)).await
+        rpc("Exec", r, |req| exec::exec(&self.rt, req)).await
     }
     async fn attach(&self, r: Request<cri::AttachRequest>) -> RpcResult<cri::AttachResponse> {
-        rpc("Attach", r, |req| streaming::attach(&self.rt, req)).await
+        rpc("Attach", r, |req| exec::attach(&self.rt, req)).await
     }
     async fn port_forward(
         &self,
         r: Request<cri::PortForwardRequest>,
     ) -> RpcResult<cri::PortForwardResponse> {
-        rpc("PortForward", r, |req| {
-            streaming::port_forward(&self.rt, req)
-        })
-        .await
+        rpc("PortForward", r, |req| exec::port_forward(&self.rt, req)).await
     }
 
     async fn container_stats(
@@ -360,7 +359,7 @@ impl RuntimeService for Cri {
         r: Request<cri::CheckpointContainerRequest>,
     ) -> RpcResult<cri::CheckpointContainerResponse> {
         rpc("CheckpointContainer", r, |req| {
-            std::future::ready(stats::checkpoint_container(&self.rt, req))
+            std::future::ready(unimplemented::checkpoint_container(&self.rt, req))
         })
         .await
     }
@@ -371,7 +370,7 @@ impl RuntimeService for Cri {
         r: Request<cri::GetEventsRequest>,
     ) -> RpcResult<Self::GetContainerEventsStream> {
         rpc("GetContainerEvents", r, |req| {
-            std::future::ready(stats::container_events(&self.rt, req))
+            std::future::ready(events::container_events(&self.rt, req))
         })
         .await
     }
@@ -380,7 +379,7 @@ impl RuntimeService for Cri {
         r: Request<cri::ListMetricDescriptorsRequest>,
     ) -> RpcResult<cri::ListMetricDescriptorsResponse> {
         rpc("ListMetricDescriptors", r, |req| {
-            std::future::ready(stats::list_metric_descriptors(&self.rt, req))
+            std::future::ready(unimplemented::list_metric_descriptors(&self.rt, req))
         })
         .await
     }
@@ -389,14 +388,14 @@ impl RuntimeService for Cri {
         r: Request<cri::ListPodSandboxMetricsRequest>,
     ) -> RpcResult<cri::ListPodSandboxMetricsResponse> {
         rpc("ListPodSandboxMetrics", r, |req| {
-            std::future::ready(stats::list_pod_sandbox_metrics(&self.rt, req))
+            std::future::ready(unimplemented::list_pod_sandbox_metrics(&self.rt, req))
         })
         .await
     }
 }
 
 #[tonic::async_trait]
-impl ImageService for Cri {
+impl ImageService for CriService {
     async fn list_images(
         &self,
         r: Request<cri::ListImagesRequest>,

@@ -6,7 +6,7 @@ pub mod fakes;
 
 use crate::config::Config;
 use crate::daemon::{Daemon, Effects};
-use crate::server::Cri;
+use crate::server::CriService;
 use fakes::{FakeHost, FakeImages, FakeNetwork, FakeShims, Faults, IMAGE};
 use peapod_proto::v1 as cri;
 use peapod_proto::v1::runtime_service_server::RuntimeService;
@@ -23,7 +23,7 @@ pub struct Harness {
     pub host: Arc<FakeHost>,
     pub images: Arc<FakeImages>,
     pub rt: Arc<Daemon>,
-    pub cri: Cri,
+    pub cri: CriService,
 }
 
 /// Files and directories below `dir`, relative to it (empty if it does not exist).
@@ -67,7 +67,7 @@ impl Harness {
             network,
             host,
             images,
-            cri: Cri::new(rt.clone()),
+            cri: CriService::new(rt.clone()),
             rt,
         }
     }
