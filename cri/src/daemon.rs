@@ -95,10 +95,16 @@ impl Daemon {
             images: images.clone(),
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
-        daemon.sandboxes.resume();
-        daemon.containers.resume();
+        daemon.resume();
         daemon.start_streaming().await?;
         Ok(daemon)
+    }
+
+    /// After a (re)start: follow the pods and containers that were running when the daemon
+    /// went away, and reload what exec keeps in memory.
+    pub fn resume(&self) {
+        self.sandboxes.resume();
+        self.containers.resume();
     }
 
     /// The services over the given parts, with their records loaded; no background work

@@ -92,8 +92,8 @@ impl ContainerService {
             containers.names.reserve(&name, &id, "container")?;
             id
         };
-        let span = tracing::info_span!("container", id = %id, name = %name);
-        let _e = span.enter();
+        // The call's span (server::rpc) has a field for the id it did not know yet.
+        tracing::Span::current().record("container", id.as_str());
         let mut made = Made::default();
         match self
             .make_container(&id, &name, &srec, req.config, &mut made)

@@ -96,8 +96,8 @@ impl SandboxService {
             table.names.reserve(&name, &id, "pod sandbox")?;
             id
         };
-        let span = tracing::info_span!("sandbox", id = %id, pod = %name);
-        let _enter = span.enter();
+        // The call's span (server::rpc) has a field for the id it did not know yet.
+        tracing::Span::current().record("sandbox", id.as_str());
         let (net, _, ipc) = namespace_modes(&config);
         let parent = config
             .linux

@@ -36,11 +36,6 @@ fn entries(dir: &Path) -> BTreeSet<PathBuf> {
 impl Harness {
     pub async fn new() -> Harness {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let config = Config {
-            root: dir.path().join("root"),
-            state: dir.path().join("state"),
-            ..Config::default()
-        };
         let faults = Arc::new(Faults::default());
         let shims = Arc::new(FakeShims::new(faults.clone(), &dir.path().join("s")));
         let network = Arc::new(FakeNetwork::new(faults.clone()));
@@ -49,17 +44,7 @@ impl Harness {
         let store = peapod_image::Store::open(&dir.path().join("image"), Default::default())
             .await
             .expect("an empty image store");
-        let cni = Arc::new(crate::network::Network::new(
-            &config.cni,
-            &dir.path().join("cni"),
-        ));
-        let effects = Effects {
-            shims: shims.clone(),
-            pod_network: network.clone(),
-            host: host.clone(),
-            images: images.clone(),
-        };
-        let rt = Daemon::assemble(config, store, cni, effects).expect("the core");
+        let rt = Self::daemon(dir.path(), store, &shims, &network, &host, &images);
         Harness {
             dir,
             faults,
@@ -70,6 +55,47 @@ impl Harness {
             cri: CriService::new(rt.clone()),
             rt,
         }
+    }
+
+    fn daemon(
+        dir: &Path,
+        store: Arc<peapod_image::Store>,
+        shims: &Arc<FakeShims>,
+        network: &Arc<FakeNetwork>,
+        host: &Arc<FakeHost>,
+        images: &Arc<FakeImages>,
+    ) -> Arc<Daemon> {
+        let config = Config {
+            root: dir.join("root"),
+            state: dir.join("state"),
+            ..Config::default()
+        };
+        let cni = Arc::new(crate::network::Network::new(&config.cni, &dir.join("cni")));
+        let effects = Effects {
+            shims: shims.clone(),
+            pod_network: network.clone(),
+            host: host.clone(),
+            images: images.clone(),
+        };
+        let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
+        rt.resume();
+        rt
+    }
+
+    /// A new daemon over the same directories and the same (still running) fakes, as after
+    /// the daemon process was restarted (the image store, which locks its directory, is
+    /// handed over).
+    pub fn restart(&mut self) {
+        let rt = Self::daemon(
+            self.dir.path(),
+            self.rt.images.clone(),
+            &self.shims,
+            &self.network,
+            &self.host,
+            &self.images,
+        );
+        self.cri = CriService::new(rt.clone());
+        self.rt = rt;
     }
 
     pub fn pod_config(&self, name: &str) -> cri::PodSandboxConfig {
