@@ -6,39 +6,42 @@ use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
 pub async fn container_stats(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::ContainerStatsRequest,
 ) -> Result<cri::ContainerStatsResponse> {
     super::required("container_id", &req.container_id)?;
     Ok(cri::ContainerStatsResponse {
-        stats: Some(rt.stats.container_stats(&req.container_id).await?),
+        stats: Some(daemon.stats.container_stats(&req.container_id).await?),
     })
 }
 
 pub async fn list_container_stats(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::ListContainerStatsRequest,
 ) -> Result<cri::ListContainerStatsResponse> {
     Ok(cri::ListContainerStatsResponse {
-        stats: rt.stats.list_container_stats(req.filter.as_ref()).await,
+        stats: daemon.stats.list_container_stats(req.filter.as_ref()).await,
     })
 }
 
 pub async fn pod_sandbox_stats(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::PodSandboxStatsRequest,
 ) -> Result<cri::PodSandboxStatsResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     Ok(cri::PodSandboxStatsResponse {
-        stats: Some(rt.stats.pod_sandbox_stats(&req.pod_sandbox_id).await?),
+        stats: Some(daemon.stats.pod_sandbox_stats(&req.pod_sandbox_id).await?),
     })
 }
 
 pub async fn list_pod_sandbox_stats(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::ListPodSandboxStatsRequest,
 ) -> Result<cri::ListPodSandboxStatsResponse> {
     Ok(cri::ListPodSandboxStatsResponse {
-        stats: rt.stats.list_pod_sandbox_stats(req.filter.as_ref()).await,
+        stats: daemon
+            .stats
+            .list_pod_sandbox_stats(req.filter.as_ref())
+            .await,
     })
 }
