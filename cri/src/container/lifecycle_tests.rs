@@ -340,3 +340,39 @@ async fn a_restarted_daemon_keeps_records_names_exits_and_exec() {
     h.remove_pod(&pod).await.unwrap();
     h.assert_nothing_left().await;
 }
+
+#[tokio::test]
+async fn a_failed_stop_leaves_the_container_running_for_a_retry() {
+    let h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let c = h.create_container(&pod, "app").await.unwrap();
+    h.start_container(&c).await.unwrap();
+    h.faults.fail("shim.kill");
+    let err = h.stop_container(&c, 10).await.unwrap_err();
+    assert!(err.message().contains("shim.kill"), "{err:?}");
+    assert_eq!(
+        h.container_state(&c).await,
+        ContainerState::ContainerRunning
+    );
+
+    h.faults.heal("shim.kill");
+    h.stop_container(&c, 10).await.expect("the retry");
+    assert_eq!(h.container_state(&c).await, ContainerState::ContainerExited);
+}
+
+#[tokio::test]
+async fn a_failed_task_delete_keeps_the_record_and_rootfs_for_a_retry() {
+    let h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let c = h.create_container(&pod, "app").await.unwrap();
+    h.faults.fail("shim.delete");
+    let err = h.remove_container(&c).await.unwrap_err();
+    assert!(err.message().contains("shim.delete"), "{err:?}");
+    assert_eq!(h.containers().await.len(), 1);
+    assert_eq!(h.images.rootfs_owners(), set(&[&c]));
+
+    h.faults.heal("shim.delete");
+    h.remove_container(&c).await.expect("the retry");
+    assert!(h.containers().await.is_empty());
+    assert!(h.images.rootfs_owners().is_empty());
+}
