@@ -246,7 +246,9 @@ async fn exec_probe(c: &mut Cri, args: &Args, run_id: u32) -> anyhow::Result<()>
         })
         .await?;
     c.runtime
-        .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: pod })
+        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: pod,
+        })
         .await?;
     drop(registry);
     let mut times = result?;
