@@ -7,13 +7,22 @@ pub mod fakes;
 use crate::config::Config;
 use crate::daemon::{Daemon, Effects};
 use crate::server::CriService;
-use fakes::{FakeHost, FakeImages, FakeNetwork, FakeShims, Faults, IMAGE};
+use fakes::{FakeHost, FakeImages, FakeNetwork, FakeProcessStats, FakeShims, Faults, IMAGE};
 use peapod_proto::v1 as cri;
 use peapod_proto::v1::runtime_service_server::RuntimeService;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tonic::{Request, Status};
+
+/// The fakes a daemon is built on.
+type Fakes<'a> = (
+    &'a Arc<FakeShims>,
+    &'a Arc<FakeNetwork>,
+    &'a Arc<FakeHost>,
+    &'a Arc<FakeImages>,
+    &'a Arc<FakeProcessStats>,
+);
 
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -22,6 +31,7 @@ pub struct Harness {
     pub network: Arc<FakeNetwork>,
     pub host: Arc<FakeHost>,
     pub images: Arc<FakeImages>,
+    pub process_stats: Arc<FakeProcessStats>,
     pub rt: Arc<Daemon>,
     pub cri: CriService,
 }
@@ -41,10 +51,12 @@ impl Harness {
         let network = Arc::new(FakeNetwork::new(faults.clone()));
         let host = Arc::new(FakeHost::new(faults.clone()));
         let images = Arc::new(FakeImages::new(faults.clone()));
+        let process_stats = Arc::new(FakeProcessStats::default());
         let store = peapod_image::Store::open(&dir.path().join("image"), Default::default())
             .await
             .expect("an empty image store");
-        let rt = Self::daemon(dir.path(), store, &shims, &network, &host, &images);
+        let fakes = (&shims, &network, &host, &images, &process_stats);
+        let rt = Self::daemon(dir.path(), store, fakes);
         Harness {
             dir,
             faults,
@@ -52,19 +64,14 @@ impl Harness {
             network,
             host,
             images,
+            process_stats,
             cri: CriService::new(rt.clone()),
             rt,
         }
     }
 
-    fn daemon(
-        dir: &Path,
-        store: Arc<peapod_image::Store>,
-        shims: &Arc<FakeShims>,
-        network: &Arc<FakeNetwork>,
-        host: &Arc<FakeHost>,
-        images: &Arc<FakeImages>,
-    ) -> Arc<Daemon> {
+    fn daemon(dir: &Path, store: Arc<peapod_image::Store>, fakes: Fakes<'_>) -> Arc<Daemon> {
+        let (shims, network, host, images, process_stats) = fakes;
         let config = Config {
             root: dir.join("root"),
             state: dir.join("state"),
@@ -76,6 +83,7 @@ impl Harness {
             pod_network: network.clone(),
             host: host.clone(),
             images: images.clone(),
+            process_stats: process_stats.clone(),
         };
         let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
         rt.resume();
@@ -86,14 +94,14 @@ impl Harness {
     /// the daemon process was restarted (the image store, which locks its directory, is
     /// handed over).
     pub fn restart(&mut self) {
-        let rt = Self::daemon(
-            self.dir.path(),
-            self.rt.images.clone(),
+        let fakes = (
             &self.shims,
             &self.network,
             &self.host,
             &self.images,
+            &self.process_stats,
         );
+        let rt = Self::daemon(self.dir.path(), self.rt.images.clone(), fakes);
         self.cri = CriService::new(rt.clone());
         self.rt = rt;
     }
