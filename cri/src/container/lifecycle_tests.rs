@@ -171,8 +171,7 @@ async fn a_failed_start_is_exited_with_128_and_keeps_the_record() {
 async fn remove_kills_a_running_container() {
     let h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    let c = h.create_container(&pod, "app").await.unwrap();
-    h.start_container(&c).await.unwrap();
+    let c = h.run_container(&pod, "app").await;
     h.remove_container(&c).await.expect("RemoveContainer");
     assert_eq!(h.faults.count("shim.kill"), 1);
     assert_eq!(h.shim_tasks(&pod), set(&[&pod]));
@@ -255,8 +254,7 @@ async fn cpu_shares(h: &Harness, id: &str) -> Option<i64> {
 async fn update_resources_is_recorded_only_when_the_shim_applied_it() {
     let h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    let c = h.create_container(&pod, "app").await.unwrap();
-    h.start_container(&c).await.unwrap();
+    let c = h.run_container(&pod, "app").await;
 
     update_cpu_shares(&h, &c, 512)
         .await
@@ -298,8 +296,7 @@ async fn reopen_log_needs_a_running_container() {
 async fn a_restarted_daemon_keeps_records_names_exits_and_exec() {
     let mut h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    let c = h.create_container(&pod, "app").await.unwrap();
-    h.start_container(&c).await.unwrap();
+    let c = h.run_container(&pod, "app").await;
 
     h.restart();
     assert_eq!(h.pods().await.len(), 1);
@@ -345,8 +342,7 @@ async fn a_restarted_daemon_keeps_records_names_exits_and_exec() {
 async fn a_failed_stop_leaves_the_container_running_for_a_retry() {
     let h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    let c = h.create_container(&pod, "app").await.unwrap();
-    h.start_container(&c).await.unwrap();
+    let c = h.run_container(&pod, "app").await;
     h.faults.fail("shim.kill");
     let err = h.stop_container(&c, 10).await.unwrap_err();
     assert!(err.message().contains("shim.kill"), "{err:?}");

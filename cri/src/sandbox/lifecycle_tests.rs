@@ -163,8 +163,7 @@ async fn remove_fails_while_the_shim_cannot_be_stopped_and_keeps_the_record() {
 async fn stop_and_remove_take_the_pods_containers_with_them() {
     let h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    let c = h.create_container(&pod, "app").await.unwrap();
-    h.start_container(&c).await.unwrap();
+    let c = h.run_container(&pod, "app").await;
 
     h.stop_pod(&pod).await.unwrap();
     assert_eq!(

@@ -52,8 +52,7 @@ fn value(v: &Option<cri::UInt64Value>) -> Option<u64> {
 async fn a_running_container_reports_cpu_memory_and_then_a_rate() {
     let h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    let c = h.create_container(&pod, "app").await.unwrap();
-    h.start_container(&c).await.unwrap();
+    let c = h.run_container(&pod, "app").await;
     let pid = pid_of(&h, &c);
     h.process_stats.set(pid, 1_000_000_000, 50 << 20, 3);
 
@@ -93,8 +92,7 @@ async fn a_container_that_is_not_running_reports_no_usage() {
 async fn a_pod_sums_its_pause_and_running_containers_and_reads_its_network() {
     let h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    let running = h.create_container(&pod, "app").await.unwrap();
-    h.start_container(&running).await.unwrap();
+    let running = h.run_container(&pod, "app").await;
     let created = h.create_container(&pod, "idle").await.unwrap();
     h.process_stats.set(pause_pid(&h, &pod), 10, 1_000, 1);
     h.process_stats.set(pid_of(&h, &running), 20, 2_000, 2);
@@ -121,8 +119,7 @@ async fn list_container_stats_filters_by_pod() {
     let a = h.run_pod("a").await.unwrap();
     let b = h.run_pod("b").await.unwrap();
     for pod in [&a, &b] {
-        let c = h.create_container(pod, "app").await.unwrap();
-        h.start_container(&c).await.unwrap();
+        h.run_container(pod, "app").await;
     }
     let list = |pod: &str| {
         let req = cri::ListContainerStatsRequest {

@@ -205,6 +205,16 @@ impl Harness {
             .await
     }
 
+    /// Creates and starts a container (both must succeed).
+    pub async fn run_container(&self, pod: &str, name: &str) -> String {
+        let id = self
+            .create_container(pod, name)
+            .await
+            .expect("CreateContainer");
+        self.start_container(&id).await.expect("StartContainer");
+        id
+    }
+
     pub async fn start_container(&self, id: &str) -> Result<(), Status> {
         let req = cri::StartContainerRequest {
             container_id: id.into(),
