@@ -68,6 +68,25 @@ tls_key = ""
 [metrics]
 # Prometheus metrics listen address; empty turns metrics off.
 address = ""
+
+# The pod supervisor behind `peapod apply`: the kubelet's part, run inside the daemon.
+[pods]
+# This node's name (spec.nodeName, kubernetes.io/hostname); empty: the machine's hostname.
+node_name = ""
+# Allocatable CPU and memory as Kubernetes quantities ("2", "1500m", "4Gi"); empty: the
+# machine's. Admission refuses pods whose requests do not fit (OutOfcpu/OutOfmemory).
+allocatable_cpu = ""
+allocatable_memory = ""
+# Parent of the QoS cgroups kubepods[/burstable|/besteffort]/pod<uid> (absolute cgroup path).
+cgroup_parent = "/kubepods"
+# First restart back-off in seconds; it doubles up to 30 times this (10 s to 5 min).
+restart_backoff_base_seconds = 10
+# How often each pod is reconciled when nothing else wakes its supervisor.
+sync_period_ms = 1000
+
+# Node labels that nodeSelector is matched against. kubernetes.io/hostname, kubernetes.io/os
+# and kubernetes.io/arch are always present.
+[pods.node_labels]
 "#;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +103,7 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub streaming: StreamingConfig,
     pub metrics: MetricsConfig,
+    pub pods: PodsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,6 +184,7 @@ impl Default for Config {
             registry: RegistryConfig::default(),
             streaming: StreamingConfig::default(),
             metrics: MetricsConfig::default(),
+            pods: PodsConfig::default(),
         }
     }
 }
@@ -213,6 +234,72 @@ impl Default for StreamingConfig {
             tls_cert: String::new(),
             tls_key: String::new(),
         }
+    }
+}
+
+/// `[pods]`: the pod supervisor (see DEFAULT_TOML for each key).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PodsConfig {
+    pub node_name: String,
+    pub allocatable_cpu: String,
+    pub allocatable_memory: String,
+    pub cgroup_parent: String,
+    pub restart_backoff_base_seconds: u64,
+    pub sync_period_ms: u64,
+    pub node_labels: BTreeMap<String, String>,
+}
+
+impl Default for PodsConfig {
+    fn default() -> Self {
+        PodsConfig {
+            node_name: String::new(),
+            allocatable_cpu: String::new(),
+            allocatable_memory: String::new(),
+            cgroup_parent: "/kubepods".into(),
+            restart_backoff_base_seconds: 10,
+            sync_period_ms: 1000,
+            node_labels: BTreeMap::new(),
+        }
+    }
+}
+
+impl PodsConfig {
+    /// The supervisor's settings, with the machine's values where the file leaves them empty.
+    pub fn settings(&self, root: &Path) -> Result<peapod_pod::settings::Settings, ConfigError> {
+        use peapod_pod::{quantity, settings as s};
+        let node_name = if self.node_name.is_empty() {
+            s::hostname()
+        } else {
+            self.node_name.clone()
+        };
+        let cpu = match self.allocatable_cpu.as_str() {
+            "" => s::machine_cpu_milli(),
+            q => quantity::milli_value(q)
+                .map_err(|e| ConfigError::Invalid(format!("pods.allocatable_cpu {q:?}: {e}")))?,
+        };
+        let machine_memory = s::machine_memory();
+        let memory = match self.allocatable_memory.as_str() {
+            "" => machine_memory,
+            q => quantity::value(q)
+                .map_err(|e| ConfigError::Invalid(format!("pods.allocatable_memory {q:?}: {e}")))?,
+        };
+        Ok(s::Settings {
+            pods_dir: root.join("pods"),
+            node_labels: s::Settings::node_labels(&node_name, &self.node_labels),
+            node_name,
+            allocatable: peapod_pod::resources::Amounts {
+                cpu_milli: cpu,
+                memory,
+            },
+            memory_capacity: machine_memory,
+            cgroup_parent: self.cgroup_parent.clone(),
+            cgroup_root: "/sys/fs/cgroup".into(),
+            backoff_base: std::time::Duration::from_secs(self.restart_backoff_base_seconds.max(1)),
+            sync_period: std::time::Duration::from_millis(self.sync_period_ms.max(100)),
+            oom_score_adj_floor: s::oom_score_adj_floor(),
+            host_ip: s::host_ip(),
+        })
     }
 }
 
@@ -276,6 +363,11 @@ impl Config {
         if self.runtime.path.is_empty() {
             return Err(ConfigError::Invalid("runtime.path is empty".into()));
         }
+        if !self.pods.cgroup_parent.starts_with('/') {
+            return Err(ConfigError::Invalid(
+                "pods.cgroup_parent must be an absolute cgroup path".into(),
+            ));
+        }
         if !self.cgroup.default_parent.starts_with('/') {
             return Err(ConfigError::Invalid(
                 "cgroup.default_parent must be an absolute cgroup path".into(),
@@ -308,6 +400,24 @@ mod tests {
         );
         assert!(Config::parse("[runtime]\npth = \"x\"\n").is_err());
         assert!(Config::parse("[cgroup]\ndriver = \"nope\"\n").is_err());
+    }
+
+    #[test]
+    fn pods_table_resolves_to_settings() {
+        let c = Config::parse(
+            "[pods]\nnode_name = \"n1\"\nallocatable_cpu = \"1500m\"\nallocatable_memory = \"2Gi\"\nrestart_backoff_base_seconds = 1\n[pods.node_labels]\ndisk = \"ssd\"\n",
+        )
+        .unwrap();
+        let s = c.pods.settings(Path::new("/r")).unwrap();
+        assert_eq!(s.node_name, "n1");
+        assert_eq!(s.allocatable.cpu_milli, 1500);
+        assert_eq!(s.allocatable.memory, 2 << 30);
+        assert_eq!(s.node_labels["disk"], "ssd");
+        assert_eq!(s.node_labels["kubernetes.io/hostname"], "n1");
+        assert_eq!(s.backoff_base, std::time::Duration::from_secs(1));
+        assert_eq!(s.pods_dir, Path::new("/r/pods"));
+        let bad = Config::parse("[pods]\nallocatable_cpu = \"lots\"\n").unwrap();
+        assert!(bad.pods.settings(Path::new("/r")).is_err());
     }
 
     #[test]

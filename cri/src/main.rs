@@ -45,6 +45,37 @@ enum Command {
         #[command(subcommand)]
         command: cli::image::ImageCommand,
     },
+    /// Create or update pods from Pod manifests (YAML or JSON), as `kubectl apply -f`.
+    Apply(cli::kube::apply::ApplyArgs),
+    /// List pods or show some, as `kubectl get pods`.
+    Get(cli::kube::get::GetArgs),
+    /// Show a pod in detail with its events, as `kubectl describe pod`.
+    Describe(cli::kube::DescribeArgs),
+    /// Wait for a pod condition or for its deletion, as `kubectl wait`.
+    Wait(cli::kube::wait::WaitArgs),
+    /// Print a container's log, as `kubectl logs`.
+    Logs(cli::kube::logs::LogsArgs),
+    /// Run a command in a container of a pod, as `kubectl exec`.
+    Exec(cli::kube::exec::ExecArgs),
+    /// Delete pods (gracefully), as `kubectl delete`.
+    Delete(cli::kube::delete::DeleteArgs),
+}
+
+impl Command {
+    /// The kubectl-shaped verbs, which print errors kubectl's way and set the exit status.
+    fn into_kube(self) -> Result<cli::kube::Verb, Box<Command>> {
+        use cli::kube::Verb;
+        Ok(match self {
+            Command::Apply(a) => Verb::Apply(a),
+            Command::Get(a) => Verb::Get(a),
+            Command::Describe(a) => Verb::Describe(a),
+            Command::Wait(a) => Verb::Wait(a),
+            Command::Logs(a) => Verb::Logs(a),
+            Command::Exec(a) => Verb::Exec(a),
+            Command::Delete(a) => Verb::Delete(a),
+            other => return Err(Box::new(other)),
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -166,7 +197,7 @@ async fn run_client(command: Command, endpoint: Option<&str>) -> anyhow::Result<
         Command::Stopp { id } => cli::pods::stopp(&mut c, &id).await,
         Command::Rmp { id } => cli::pods::rmp(&mut c, &id).await,
         Command::Image { command } => cli::image::run(&mut c, command).await,
-        Command::Serve(_) | Command::Config { .. } => unreachable!("handled in main"),
+        _ => unreachable!("handled in main"),
     }
 }
 
@@ -197,12 +228,116 @@ fn main() -> anyhow::Result<()> {
                 .context("build the async runtime")?;
             runtime.block_on(serve(args))
         }
-        client => {
+        command => {
+            let client = match command.into_kube() {
+                Ok(verb) => {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .context("build the async runtime")?;
+                    let endpoint = cli::endpoint(cli.endpoint.as_deref());
+                    let code = runtime.block_on(cli::kube::run(verb, &endpoint));
+                    // Not a drop: it would wait for tokio's blocking stdin reader (exec -i),
+                    // which only returns on input. exit() still flushes stdout.
+                    runtime.shutdown_background();
+                    std::process::exit(code);
+                }
+                Err(other) => *other,
+            };
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .context("build the async runtime")?;
             runtime.block_on(run_client(client, cli.endpoint.as_deref()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn kube(args: &[&str]) -> cli::kube::Verb {
+        let parsed = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        match parsed.command.into_kube() {
+            Ok(v) => v,
+            Err(_) => panic!("{args:?} is not a kubectl-shaped verb"),
+        }
+    }
+
+    #[test]
+    fn kubectl_forms_parse() {
+        use cli::kube::Verb;
+        match kube(&[
+            "peapod",
+            "delete",
+            "pod",
+            "a",
+            "b",
+            "--wait=false",
+            "--grace-period",
+            "0",
+        ]) {
+            Verb::Delete(d) => {
+                assert_eq!(d.names, ["a", "b"]);
+                assert!(!d.wait);
+                assert_eq!(d.grace_period, 0);
+            }
+            _ => panic!("not delete"),
+        }
+        match kube(&["peapod", "delete", "-f", "x.yaml"]) {
+            Verb::Delete(d) => assert!(d.wait && d.resource.is_none() && d.files == ["x.yaml"]),
+            _ => panic!("not delete"),
+        }
+        match kube(&[
+            "peapod", "exec", "-it", "war", "-c", "web", "--", "sh", "-c", "ls -l",
+        ]) {
+            Verb::Exec(e) => {
+                assert!(e.stdin && e.tty);
+                assert_eq!(e.container.as_deref(), Some("web"));
+                assert_eq!(e.command, ["sh", "-c", "ls -l"]);
+            }
+            _ => panic!("not exec"),
+        }
+        match kube(&["peapod", "get", "po", "war", "-o", "wide", "-n", "prod"]) {
+            Verb::Get(g) => {
+                assert_eq!(
+                    (g.resource.as_str(), g.ns.namespace.as_str()),
+                    ("po", "prod")
+                );
+                assert_eq!(g.output.as_deref(), Some("wide"));
+            }
+            _ => panic!("not get"),
+        }
+        match kube(&[
+            "peapod",
+            "wait",
+            "pod/war",
+            "--for=condition=Ready=false",
+            "--timeout",
+            "1m",
+        ]) {
+            Verb::Wait(w) => assert_eq!(
+                (w.for_.as_str(), w.timeout.as_str()),
+                ("condition=Ready=false", "1m")
+            ),
+            _ => panic!("not wait"),
+        }
+        match kube(&[
+            "peapod", "logs", "war", "-c", "web", "-p", "--tail", "5", "-f",
+        ]) {
+            Verb::Logs(l) => assert!(l.previous && l.follow && l.tail == 5),
+            _ => panic!("not logs"),
+        }
+        match kube(&["peapod", "apply", "-f", "a.yaml", "-f", "-"]) {
+            Verb::Apply(a) => assert_eq!(a.files, ["a.yaml", "-"]),
+            _ => panic!("not apply"),
         }
     }
 }

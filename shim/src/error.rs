@@ -82,12 +82,12 @@ impl ShimError {
     }
 }
 
-/// The one place a ttrpc status is built from a shim error. The message carries the whole
-/// cause chain, since a status has no room for the source itself.
-impl From<ShimError> for ttrpc::Error {
-    fn from(err: ShimError) -> ttrpc::Error {
-        let mut message = err.to_string();
-        let mut source = std::error::Error::source(&err);
+impl ShimError {
+    /// The message a client sees: this error and its whole cause chain, since a status has
+    /// no room for the source itself.
+    pub fn message(&self) -> String {
+        let mut message = self.to_string();
+        let mut source = std::error::Error::source(self);
         while let Some(cause) = source {
             let text = cause.to_string();
             // `#[error("{context}: {source}")]` variants already print their source.
@@ -97,8 +97,28 @@ impl From<ShimError> for ttrpc::Error {
             }
             source = cause.source();
         }
-        ttrpc::Error::RpcStatus(ttrpc::get_status(err.code(), message))
+        message
     }
+}
+
+/// The one place a ttrpc status is built from a shim error.
+impl From<ShimError> for ttrpc::Error {
+    fn from(err: ShimError) -> ttrpc::Error {
+        ttrpc::Error::RpcStatus(ttrpc::get_status(err.code(), err.message()))
+    }
+}
+
+/// The server boundary: a failed call is logged with its method, object and code, then
+/// becomes a status.
+pub fn reply<T>(method: &str, object: &str, result: Result<T>) -> ttrpc::Result<T> {
+    result.map_err(|err| {
+        eprintln!(
+            "peapod-shim: {method} {object}: {:?}: {}",
+            err.code(),
+            err.message()
+        );
+        err.into()
+    })
 }
 
 pub type Result<T, E = ShimError> = std::result::Result<T, E>;
@@ -167,5 +187,23 @@ mod tests {
             },
         };
         assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn reply_passes_values_and_turns_errors_into_statuses() {
+        assert_eq!(reply("State", "c1", Ok(7)).unwrap(), 7);
+        let err = reply::<()>(
+            "State",
+            "c1",
+            Err(ShimError::ContainerNotFound { id: "c1".into() }),
+        )
+        .unwrap_err();
+        match err {
+            ttrpc::Error::RpcStatus(s) => {
+                assert_eq!(s.code(), Code::NOT_FOUND);
+                assert_eq!(s.message, "container c1 not found");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! peapod's ttrpc extension service (`peapod.shim.v1.Shim`): what the Task API has no call
 //! for. Today one method, ReopenLog, for CRI ReopenContainerLog (log rotation).
 
-use crate::error::ShimError;
+use crate::error::{reply, ShimError};
 use crate::task::TaskService;
 use async_trait::async_trait;
 use containerd_shim_protos::api;
@@ -28,6 +28,8 @@ pub fn service(tasks: Arc<TaskService>) -> (String, Service) {
         },
     )
 }
+
+const METHOD: &str = "peapod.shim.v1.Shim/ReopenLog";
 
 /// `peapod.shim.v1.Shim/ReopenLog`: reopens the container's CRI log file (a StateRequest
 /// names the container).
@@ -60,7 +62,7 @@ impl ReopenLog {
 impl MethodHandler for ReopenLog {
     async fn handler(&self, _ctx: TtrpcContext, req: Request) -> ttrpc::Result<Response> {
         let mut resp = Response::new();
-        resp.payload = self.reopen(&req.payload)?;
+        resp.payload = reply(METHOD, "", self.reopen(&req.payload))?;
         Ok(resp)
     }
 }

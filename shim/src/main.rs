@@ -19,14 +19,20 @@
 //! - `process_control` (trait): exits, signals and OOM counters of host processes;
 //! - `error`: `ShimError`, its ttrpc code, the one place statuses are built;
 //! - `extension`: peapod's ReopenLog method; `stdio`, `console`, `logio`: stdio, ptys, CRI logs;
-//! - `reaper`: the subreaper's one `waitpid` loop; `oom_kill_counter`: OOM kill detection.
+//! - `reaper`: the subreaper's one `waitpid` loop; `oom_kill_counter`: OOM kill detection;
+//! - `containerd`: the second face, `containerd-shim-peapod-v2` (the same binary built under
+//!   that name by `src/bin/containerd-shim-peapod-v2.rs`): containerd's launch protocol,
+//!   rootfs mounts, events; `init_stdio`: a container's stdio as peapod or containerd wants it.
 
 mod console;
 mod container;
+mod containerd;
 mod error;
 mod extension;
 #[cfg(test)]
 mod fakes;
+mod init_stdio;
+mod log_uri;
 mod logio;
 mod oom_kill_counter;
 mod process;
@@ -98,6 +104,10 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
 fn main() {
     let mut argv = std::env::args();
     let program = argv.next().unwrap_or_else(|| "peapod-shim".into());
+    // The same code is containerd's runtime v2 shim when run under that name.
+    if containerd::is_program_name(&program) {
+        std::process::exit(containerd::main(argv));
+    }
     if std::env::args().nth(1).as_deref() == Some("--version") {
         println!("peapod-shim {}", env!("CARGO_PKG_VERSION"));
         return;

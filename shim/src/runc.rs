@@ -292,4 +292,171 @@ not json
             None
         );
     }
+
+    /// One test, one reaper: two reapers in one process would reap each other's children.
+    #[tokio::test]
+    async fn the_real_cli_against_a_scripted_runtime() {
+        let reaper = Reaper::start().unwrap();
+        state_tells_unknown_from_failed_by_the_list_of_containers(&reaper).await;
+        create_passes_its_flags_and_reads_the_pid_file(&reaper).await;
+        failures_carry_the_logged_message_and_the_exit_status(&reaper).await;
+    }
+
+    /// A stand-in for runc: a shell script that answers from files in its directory, so the
+    /// real `Runc` (argument building, pid files, error and state classification) runs
+    /// without root. `state-ID` holds `runc state` output, `list` the `runc list` output,
+    /// `fail-CMD` makes CMD log an error and exit 3.
+    const SCRIPT: &str = r#"#!/bin/sh
+dir=$(dirname "$0")
+echo "$@" >> "$dir/calls"
+log=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --root|--log-format) shift 2 ;;
+    --log) log=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+cmd=$1; shift
+if [ -f "$dir/fail-$cmd" ]; then
+  line='{"level":"error","msg":"'"$cmd"' went wrong","time":"x"}'
+  if [ -n "$log" ]; then echo "$line" >> "$log"; else echo "$line" >&2; fi
+  exit 3
+fi
+case "$cmd" in
+  state)
+    id=$1
+    [ -f "$dir/state-$id" ] || { echo "no such container" >&2; exit 1; }
+    cat "$dir/state-$id" ;;
+  list) cat "$dir/list" ;;
+  create|run|exec)
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --pid-file) [ -f "$dir/no-pid" ] || echo 4242 > "$2"; shift 2 ;;
+        *) shift ;;
+      esac
+    done ;;
+  ps) echo '[7,8]' ;;
+esac
+exit 0
+"#;
+
+    fn fake_runc(dir: &Path, reaper: &Arc<Reaper>) -> Runc {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = dir.join("runc");
+        std::fs::write(&bin, SCRIPT).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("list"), "null\n").unwrap();
+        Runc::new(
+            bin.to_string_lossy().into_owned(),
+            dir.join("root"),
+            reaper.clone(),
+        )
+    }
+
+    fn calls(dir: &Path) -> Vec<String> {
+        std::fs::read_to_string(dir.join("calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    async fn state_tells_unknown_from_failed_by_the_list_of_containers(reaper: &Arc<Reaper>) {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(dir.path(), reaper);
+        std::fs::write(
+            dir.path().join("state-c1"),
+            r#"{"id":"c1","status":"paused"}"#,
+        )
+        .unwrap();
+        assert_eq!(runc.state("c1").await.unwrap(), Some(RuntimeStatus::Paused));
+        // `state` fails and `list` does not have it: the runtime does not know it.
+        assert_eq!(runc.state("c2").await.unwrap(), None);
+        // `state` fails but `list` has it: a real failure, kept as the error.
+        std::fs::write(
+            dir.path().join("list"),
+            r#"[{"id":"c2","status":"running"}]"#,
+        )
+        .unwrap();
+        let err = runc.state("c2").await.unwrap_err();
+        assert!(
+            matches!(err, RuntimeCliError::Failed { exit_status: 1, .. }),
+            "{err}"
+        );
+        // A list we cannot read is not taken for "unknown".
+        std::fs::write(dir.path().join("list"), "garbage").unwrap();
+        assert!(runc.state("c3").await.is_err());
+    }
+
+    async fn create_passes_its_flags_and_reads_the_pid_file(reaper: &Arc<Reaper>) {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(dir.path(), reaper);
+        let bundle = dir.path().join("bundle");
+        std::fs::create_dir(&bundle).unwrap();
+        let pid_file = bundle.join("init.pid");
+        let create = |start| CreateCommand {
+            bundle: &bundle,
+            pid_file: &pid_file,
+            console_socket: None,
+            io: ProcessIo::null(),
+            start,
+        };
+        assert_eq!(runc.create("c1", create(true)).await.unwrap(), 4242);
+        let root = dir.path().join("root");
+        let log = bundle.join("runtime.log");
+        assert_eq!(
+            calls(dir.path()),
+            vec![format!(
+                "--root {} --log {} --log-format json run --detach --bundle {} --pid-file {} c1",
+                root.display(),
+                log.display(),
+                bundle.display(),
+                pid_file.display()
+            )]
+        );
+        std::fs::remove_file(&pid_file).unwrap();
+        std::fs::write(dir.path().join("no-pid"), "").unwrap();
+        let err = runc.create("c1", create(false)).await.unwrap_err();
+        assert!(matches!(err, RuntimeCliError::NoPidFile { .. }), "{err}");
+    }
+
+    async fn failures_carry_the_logged_message_and_the_exit_status(reaper: &Arc<Reaper>) {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(dir.path(), reaper);
+        std::fs::write(dir.path().join("fail-kill"), "").unwrap();
+        match runc.kill("c1", 9, true).await.unwrap_err() {
+            RuntimeCliError::Failed {
+                command,
+                exit_status,
+                message,
+                ..
+            } => {
+                assert_eq!((command.as_str(), exit_status), ("kill", 3));
+                assert_eq!(message, "kill went wrong");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(calls(dir.path())[0].ends_with("kill --all c1 9"));
+        // Through the --log file for commands that have one.
+        std::fs::write(dir.path().join("fail-exec"), "").unwrap();
+        let spec = dir.path().join("exec-e1.json");
+        std::fs::write(&spec, "{}").unwrap();
+        let err = runc
+            .exec(
+                "c1",
+                ExecCommand {
+                    process_json: &spec,
+                    pid_file: &dir.path().join("exec-e1.pid"),
+                    console_socket: None,
+                    io: ProcessIo::null(),
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().ends_with("exec: exec went wrong"), "{err}");
+        // The exec's log is removed however it ends.
+        assert!(!dir.path().join("exec-e1.log").exists());
+        assert_eq!(runc.ps("c1").await.unwrap(), vec![7, 8]);
+    }
 }

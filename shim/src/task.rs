@@ -8,6 +8,7 @@
 
 use crate::container::{Container, Containers};
 use crate::error::{Result, ShimError};
+use crate::init_stdio::{FifoPaths, PreparedStdio};
 use crate::process::{self, ExecProcess, InitExit, InitProcess};
 use crate::process_control::ProcessControl;
 use crate::runtime_cli::{
@@ -99,17 +100,29 @@ impl TaskService {
             return Err(ShimError::AlreadyExists(format!("container {}", req.id)));
         }
         let bundle = PathBuf::from(&req.bundle);
+        // containerd sends no peapod options: its FIFOs are the process's stdio.
+        let fifo_stdio = req.options.is_none();
         let options = create_options(&req, &bundle)?;
         let console = req.terminal.then(|| self.console_path());
-        let mut prepared = stdio::prepare_init(
-            &options.log_path,
-            options.stdin,
-            options.stdin_once,
-            console.as_deref(),
-        )
-        .map_err(|e| ShimError::io("container stdio", e))?;
-        let process_io = std::mem::replace(&mut prepared.process_io, ProcessIo::null());
-        let console_path = prepared.console.as_ref().map(|c| c.path().to_path_buf());
+        let prepared = if fifo_stdio {
+            let paths = FifoPaths {
+                stdin: &req.stdin,
+                stdout: &req.stdout,
+                stderr: &req.stderr,
+            };
+            PreparedStdio::fifos(&req.id, paths, console.as_deref())
+        } else {
+            stdio::prepare_init(
+                &options.log_path,
+                options.stdin,
+                options.stdin_once,
+                console.as_deref(),
+            )
+            .map(PreparedStdio::Own)
+        };
+        let mut prepared = prepared.map_err(|e| ShimError::io("container stdio", e))?;
+        let process_io = prepared.take_process_io();
+        let console_path = prepared.console_path();
         let pid_file = bundle.join("init.pid");
         let created = self
             .cli
@@ -528,9 +541,6 @@ fn create_options(req: &api::CreateTaskRequest, bundle: &Path) -> Result<CreateO
     };
     if options.exit_file.is_empty() {
         options.exit_file = bundle.join("exit").to_string_lossy().into_owned();
-    }
-    if options.log_path.is_empty() && !req.stdout.is_empty() {
-        options.log_path = req.stdout.clone();
     }
     Ok(options)
 }

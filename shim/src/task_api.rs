@@ -1,6 +1,7 @@
 //! containerd's `Task` ttrpc trait over [`TaskService`]: request fields in, responses out,
-//! errors turned into statuses by `From<ShimError>`. No logic of its own.
+//! every failure logged and turned into a status by [`reply`]. No logic of its own.
 
+use crate::error::reply;
 use crate::task::{ProcessState, TaskService};
 use async_trait::async_trait;
 use containerd_shim_protos::api;
@@ -17,6 +18,15 @@ type TtrpcResult<T> = ttrpc::Result<T>;
 
 /// The Task API of one shim.
 pub struct TaskApi(pub Arc<TaskService>);
+
+/// What a call is about, for the log: `ID` or `ID/EXEC_ID`.
+fn object(id: &str, exec_id: &str) -> String {
+    if exec_id.is_empty() {
+        id.to_string()
+    } else {
+        format!("{id}/{exec_id}")
+    }
+}
 
 fn timestamp(ns: i64) -> MessageField<Timestamp> {
     let mut ts = Timestamp::new();
@@ -54,7 +64,8 @@ impl Task for TaskApi {
         req: api::CreateTaskRequest,
     ) -> TtrpcResult<api::CreateTaskResponse> {
         let mut resp = api::CreateTaskResponse::new();
-        resp.pid = self.0.create(req).await?;
+        let id = req.id.clone();
+        resp.pid = reply("Create", &id, self.0.create(req).await)?;
         Ok(resp)
     }
 
@@ -64,7 +75,11 @@ impl Task for TaskApi {
         req: api::StartRequest,
     ) -> TtrpcResult<api::StartResponse> {
         let mut resp = api::StartResponse::new();
-        resp.pid = self.0.start(&req.id, &req.exec_id).await?;
+        resp.pid = reply(
+            "Start",
+            &object(&req.id, &req.exec_id),
+            self.0.start(&req.id, &req.exec_id).await,
+        )?;
         Ok(resp)
     }
 
@@ -73,7 +88,11 @@ impl Task for TaskApi {
         _ctx: &TtrpcContext,
         req: api::StateRequest,
     ) -> TtrpcResult<api::StateResponse> {
-        let s = self.0.state(&req.id, &req.exec_id)?;
+        let s = reply(
+            "State",
+            &object(&req.id, &req.exec_id),
+            self.0.state(&req.id, &req.exec_id),
+        )?;
         Ok(state_response(&req.id, &req.exec_id, s))
     }
 
@@ -82,7 +101,11 @@ impl Task for TaskApi {
         _ctx: &TtrpcContext,
         req: api::DeleteRequest,
     ) -> TtrpcResult<api::DeleteResponse> {
-        let (pid, exit) = self.0.delete(&req.id, &req.exec_id).await?;
+        let (pid, exit) = reply(
+            "Delete",
+            &object(&req.id, &req.exec_id),
+            self.0.delete(&req.id, &req.exec_id).await,
+        )?;
         let mut resp = api::DeleteResponse::new();
         resp.pid = pid;
         (resp.exit_status, resp.exited_at) = exit_fields(exit);
@@ -95,10 +118,7 @@ impl Task for TaskApi {
         req: api::PidsRequest,
     ) -> TtrpcResult<api::PidsResponse> {
         let mut resp = api::PidsResponse::new();
-        resp.processes = self
-            .0
-            .pids(&req.id)
-            .await?
+        resp.processes = reply("Pids", &req.id, self.0.pids(&req.id).await)?
             .into_iter()
             .map(|pid| {
                 let mut p = ProcessInfo::new();
@@ -110,24 +130,29 @@ impl Task for TaskApi {
     }
 
     async fn pause(&self, _ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<Empty> {
-        self.0.pause(&req.id).await?;
+        reply("Pause", &req.id, self.0.pause(&req.id).await)?;
         Ok(Empty::new())
     }
 
     async fn resume(&self, _ctx: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<Empty> {
-        self.0.resume(&req.id).await?;
+        reply("Resume", &req.id, self.0.resume(&req.id).await)?;
         Ok(Empty::new())
     }
 
     async fn kill(&self, _ctx: &TtrpcContext, req: api::KillRequest) -> TtrpcResult<Empty> {
-        self.0
-            .kill(&req.id, &req.exec_id, req.signal, req.all)
-            .await?;
+        reply(
+            "Kill",
+            &object(&req.id, &req.exec_id),
+            self.0
+                .kill(&req.id, &req.exec_id, req.signal, req.all)
+                .await,
+        )?;
         Ok(Empty::new())
     }
 
     async fn exec(&self, _ctx: &TtrpcContext, req: api::ExecProcessRequest) -> TtrpcResult<Empty> {
-        self.0.exec(req)?;
+        let what = object(&req.id, &req.exec_id);
+        reply("Exec", &what, self.0.exec(req))?;
         Ok(Empty::new())
     }
 
@@ -136,20 +161,32 @@ impl Task for TaskApi {
         _ctx: &TtrpcContext,
         req: api::ResizePtyRequest,
     ) -> TtrpcResult<Empty> {
-        self.0
-            .resize_pty(&req.id, &req.exec_id, req.width, req.height)?;
+        reply(
+            "ResizePty",
+            &object(&req.id, &req.exec_id),
+            self.0
+                .resize_pty(&req.id, &req.exec_id, req.width, req.height),
+        )?;
         Ok(Empty::new())
     }
 
     async fn close_io(&self, _ctx: &TtrpcContext, req: api::CloseIORequest) -> TtrpcResult<Empty> {
         if req.stdin {
-            self.0.close_stdin(&req.id, &req.exec_id).await?;
+            reply(
+                "CloseIO",
+                &object(&req.id, &req.exec_id),
+                self.0.close_stdin(&req.id, &req.exec_id).await,
+            )?;
         }
         Ok(Empty::new())
     }
 
     async fn update(&self, _ctx: &TtrpcContext, req: api::UpdateTaskRequest) -> TtrpcResult<Empty> {
-        self.0.update(&req.id, req.resources.as_ref()).await?;
+        reply(
+            "Update",
+            &req.id,
+            self.0.update(&req.id, req.resources.as_ref()).await,
+        )?;
         Ok(Empty::new())
     }
 
@@ -158,7 +195,11 @@ impl Task for TaskApi {
         _ctx: &TtrpcContext,
         req: api::WaitRequest,
     ) -> TtrpcResult<api::WaitResponse> {
-        let exit = self.0.wait(&req.id, &req.exec_id).await?;
+        let exit = reply(
+            "Wait",
+            &object(&req.id, &req.exec_id),
+            self.0.wait(&req.id, &req.exec_id).await,
+        )?;
         let mut resp = api::WaitResponse::new();
         (resp.exit_status, resp.exited_at) = exit_fields(Some(exit));
         Ok(resp)
@@ -177,7 +218,51 @@ impl Task for TaskApi {
     }
 
     async fn shutdown(&self, _ctx: &TtrpcContext, req: api::ShutdownRequest) -> TtrpcResult<Empty> {
-        self.0.shutdown(req.now)?;
+        reply("Shutdown", "", self.0.shutdown(req.now))?;
         Ok(Empty::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use containerd_shim_protos::types::task::Status;
+
+    #[test]
+    fn state_responses_carry_the_exit_as_status_and_timestamp() {
+        let exit = ExitRecord {
+            pid: 42,
+            exit_code: 137,
+            exited_at_ns: 1_700_000_000_123_456_789,
+            oom_killed: true,
+        };
+        let resp = state_response(
+            "c1",
+            "e1",
+            ProcessState {
+                pid: 42,
+                status: Status::STOPPED,
+                terminal: true,
+                stdout: String::new(),
+                bundle: "/run/b".into(),
+                exit: Some(exit),
+            },
+        );
+        assert_eq!((resp.id.as_str(), resp.exec_id.as_str()), ("c1", "e1"));
+        assert_eq!((resp.pid, resp.exit_status, resp.terminal), (42, 137, true));
+        assert_eq!(resp.status.enum_value(), Ok(Status::STOPPED));
+        assert_eq!(resp.bundle, "/run/b");
+        let at = resp.exited_at.as_ref().unwrap();
+        assert_eq!((at.seconds, at.nanos), (1_700_000_000, 123_456_789));
+
+        let (code, at) = exit_fields(None);
+        assert_eq!(code, 0);
+        assert!(at.is_none());
+    }
+
+    #[test]
+    fn objects_name_the_exec_when_there_is_one() {
+        assert_eq!(object("c1", ""), "c1");
+        assert_eq!(object("c1", "e1"), "c1/e1");
     }
 }

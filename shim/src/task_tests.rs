@@ -586,3 +586,39 @@ async fn exit_files_go_where_the_options_say() {
     );
     assert!(!f.bundle("c1").join("exit").exists());
 }
+
+#[tokio::test]
+async fn a_log_file_that_cannot_be_opened_fails_create_before_the_runtime_runs() {
+    let f = fixture();
+    let not_a_dir = f.dir.path().join("file");
+    std::fs::write(&not_a_dir, b"").unwrap();
+    let options = CreateOptions {
+        log_path: not_a_dir.join("c1.log").to_string_lossy().into_owned(),
+        ..Default::default()
+    };
+    let err = f.create_with("c1", options).await.unwrap_err();
+    assert_eq!(err.code(), Code::INTERNAL);
+    assert!(err.to_string().starts_with("container stdio: "), "{err}");
+    assert!(f.runtime.calls().is_empty());
+    assert!(f.tasks.state("c1", "").is_err());
+}
+
+#[tokio::test]
+async fn exec_stdio_that_cannot_be_opened_fails_start_before_the_runtime_runs() {
+    let f = fixture();
+    f.running("c1").await;
+    let mut req = f.exec_request("c1", "e1");
+    req.stdout = f
+        .dir
+        .path()
+        .join("no-such-fifo")
+        .to_string_lossy()
+        .into_owned();
+    f.tasks.exec(req).unwrap();
+    let err = f.tasks.start("c1", "e1").await.unwrap_err();
+    assert_eq!(err.code(), Code::INTERNAL);
+    assert!(err.to_string().contains("no-such-fifo"), "{err}");
+    assert!(!f.runtime.calls().iter().any(|c| c.starts_with("exec")));
+    assert!(!f.bundle("c1").join("exec-e1.json").exists());
+    assert_eq!(f.status("c1", "e1"), Status::CREATED);
+}

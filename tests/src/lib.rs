@@ -1,9 +1,11 @@
 //! Support for peapod's integration tests: a real daemon per test, with its own directories,
 //! socket, CNI bridge, subnet and cgroup parent, driven over its CRI socket.
 
+pub mod containerd;
 pub mod daemon;
 pub mod fixtures;
 pub mod host;
+pub mod kube;
 pub mod pods;
 pub mod slot;
 

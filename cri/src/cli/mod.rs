@@ -1,6 +1,7 @@
 //! Client verbs of the `peapod` command, talking to the daemon over its CRI socket.
 
 pub mod image;
+pub mod kube;
 pub mod pods;
 
 use peapod::client::Cri;

@@ -158,12 +158,17 @@ pub async fn serve(
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
         .with_context(|| format!("chmod {}", socket.display()))?;
     tracing::info!(socket = %socket.display(), "serving CRI");
+    // The pod supervisor (`peapod apply`) is a CRI client of this very socket.
+    let pod_settings = rt.config.pods.settings(&rt.config.root)?;
+    let pod_cri = std::sync::Arc::new(peapod_pod::cri::TonicCri::new(socket));
+    let pods = peapod_pod::manager::Manager::start(pod_cri, pod_settings);
     let cri = CriService::new(rt);
     // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
     let incoming = peapod_uds::incoming(listener);
     tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::new(cri.clone()))
         .add_service(ImageServiceServer::new(cri))
+        .add_service(peapod_pod::service::PodsService::new(pods).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .context("CRI server")?;

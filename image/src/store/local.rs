@@ -5,7 +5,7 @@ use super::types::{Image, ImageConfig};
 use super::{ImageRecord, Store};
 use crate::digest::{self};
 use crate::error::IoContext;
-use crate::oci::{self, AnyManifest, ConfigFile, Descriptor};
+use crate::manifest::{self, AnyManifest, ConfigFile, Descriptor};
 use crate::reference::Reference;
 use crate::unpack::{self};
 use crate::Error;
@@ -31,14 +31,14 @@ impl Store {
         })?;
         let layer = build_layer_tar(files)?;
         let diff_id = digest::sha256_digest(&layer);
-        let platform = oci::host_platform();
+        let platform = manifest::host_platform();
         let cfg_file = ConfigFile {
             architecture: platform.architecture,
             os: platform.os,
             variant: platform.variant,
             created: Some("1970-01-01T00:00:00Z".into()),
             config: Some(config.to_runtime_config()),
-            rootfs: oci::RootFs {
+            rootfs: manifest::RootFs {
                 kind: "layers".into(),
                 diff_ids: vec![diff_id.clone()],
             },
@@ -48,9 +48,9 @@ impl Store {
         let config_digest = digest::sha256_digest(&config_bytes);
         let manifest = AnyManifest {
             schema_version: 2,
-            media_type: Some(oci::OCI_MANIFEST.into()),
+            media_type: Some(manifest::OCI_MANIFEST.into()),
             config: Some(Descriptor {
-                media_type: oci::OCI_CONFIG.into(),
+                media_type: manifest::OCI_CONFIG.into(),
                 digest: config_digest.clone(),
                 size: config_bytes.len() as i64,
                 platform: None,
@@ -58,7 +58,7 @@ impl Store {
                 urls: None,
             }),
             layers: Some(vec![Descriptor {
-                media_type: oci::OCI_LAYER_TAR.into(),
+                media_type: manifest::OCI_LAYER_TAR.into(),
                 digest: diff_id.clone(),
                 size: layer.len() as i64,
                 platform: None,

@@ -166,11 +166,9 @@ fn validate_container_id(id: &str) -> Result<(), Error> {
     }
 }
 
-fn join_err(e: tokio::task::JoinError) -> Error {
-    Error::io(
-        "background task failed",
-        std::io::Error::other(e.to_string()),
-    )
+/// A blocking task that panicked or was cancelled; the JoinError stays the source.
+pub(crate) fn join_err(e: tokio::task::JoinError) -> Error {
+    Error::io("background task failed", std::io::Error::other(e))
 }
 
 impl Store {

@@ -4,7 +4,7 @@ use super::layers::{unpack_layer_blocking, LayerSource};
 use super::types::{Image, ImageConfig};
 use super::{join_err, ImageRecord, Store};
 use crate::digest::{self};
-use crate::oci::{self, AnyManifest, ConfigFile, Descriptor};
+use crate::manifest::{self, AnyManifest, ConfigFile, Descriptor};
 use crate::progress::{self, LayerProgress, LayerStatus, PullProgress, Tracker};
 use crate::reference::{validate_digest, Reference};
 use crate::registry::{Credentials, Session};
@@ -59,8 +59,8 @@ impl Store {
             let parsed: AnyManifest = serde_json::from_slice(&doc)
                 .map_err(|e| Error::json(format!("parsing manifest of {r}"), e))?;
             if let Some(mt) = ct.as_deref().or(parsed.media_type.as_deref()) {
-                if mt == oci::DOCKER_SCHEMA1
-                    || mt == oci::DOCKER_SCHEMA1_SIGNED
+                if mt == manifest::DOCKER_SCHEMA1
+                    || mt == manifest::DOCKER_SCHEMA1_SIGNED
                     || parsed.schema_version == 1
                 {
                     return Err(Error::Unsupported(format!(
@@ -76,8 +76,8 @@ impl Store {
                     "{r}: indexes nested too deeply"
                 )));
             }
-            let want = oci::host_platform();
-            let pick = oci::select_platform(parsed.manifests.as_deref().unwrap_or(&[]), &want)
+            let want = manifest::host_platform();
+            let pick = manifest::select_platform(parsed.manifests.as_deref().unwrap_or(&[]), &want)
                 .ok_or_else(|| {
                     Error::NotFound(format!(
                         "{r}: no image for platform {}/{} in the index",
@@ -108,13 +108,13 @@ impl Store {
         // The config is stored with the other documents when the image is
         // committed, so a failed pull leaves no blob behind.
         let config_bytes = match self
-            .read_blob(&config_desc.digest, oci::MAX_CONFIG_BYTES)
+            .read_blob(&config_desc.digest, manifest::MAX_CONFIG_BYTES)
             .await
         {
             Some(b) => b,
             None => {
                 session
-                    .small_blob(&config_desc.digest, ep, oci::MAX_CONFIG_BYTES)
+                    .small_blob(&config_desc.digest, ep, manifest::MAX_CONFIG_BYTES)
                     .await?
             }
         };

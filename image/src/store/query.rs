@@ -3,7 +3,7 @@
 use super::types::Image;
 use super::{ImageRecord, Inner, Store};
 use crate::digest::{self, hex_of};
-use crate::oci::{self};
+use crate::manifest;
 use crate::progress::PullProgress;
 use crate::reference::{is_lower_hex, Reference};
 use std::path::{Path, PathBuf};
@@ -79,7 +79,7 @@ impl Store {
     /// The raw image config JSON (for verbose ImageStatus), verified against the id.
     pub async fn config_json(&self, reference: &str) -> Option<Vec<u8>> {
         let id = Self::find_id(&self.inner(), reference)?;
-        self.read_blob(&id, oci::MAX_CONFIG_BYTES).await
+        self.read_blob(&id, manifest::MAX_CONFIG_BYTES).await
     }
 
     /// The image's layers as diff_ids, bottom first (for verbose ImageStatus).

@@ -1,6 +1,6 @@
 //! The store's public types: images, their config, root filesystems, usage.
 
-use crate::oci::{self, ConfigFile};
+use crate::manifest::{self, ConfigFile};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -53,7 +53,7 @@ impl ImageConfig {
         }
     }
 
-    pub(crate) fn to_runtime_config(&self) -> oci::RuntimeConfig {
+    pub(crate) fn to_runtime_config(&self) -> manifest::RuntimeConfig {
         let opt_vec = |v: &Vec<String>| if v.is_empty() { None } else { Some(v.clone()) };
         let opt_str = |s: &String| if s.is_empty() { None } else { Some(s.clone()) };
         let set = |v: &Vec<String>| {
@@ -67,7 +67,7 @@ impl ImageConfig {
                 )
             }
         };
-        oci::RuntimeConfig {
+        manifest::RuntimeConfig {
             user: opt_str(&self.user),
             env: opt_vec(&self.env),
             entrypoint: opt_vec(&self.entrypoint),

@@ -1,0 +1,264 @@
+//! The pod cgroup `kubepods[/burstable|/besteffort]/pod<uid>` with its pod-level limits,
+//! created before the sandbox (which is placed in it) and removed after the pod is gone.
+//! cgroup v1 (cpu, cpuacct, memory, pids hierarchies) and v2 (one unified tree).
+
+use crate::resources::{shares_to_weight, CgroupValues, QosClass};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The pod cgroup's absolute path under `parent` (the configured `kubepods`).
+pub fn pod_cgroup_path(parent: &str, qos: QosClass, uid: &str) -> String {
+    let mut p = format!("/{}", parent.trim_matches('/'));
+    if !qos.cgroup_dir().is_empty() {
+        p.push('/');
+        p.push_str(qos.cgroup_dir());
+    }
+    p.push_str("/pod");
+    p.push_str(uid);
+    p.replace("//", "/")
+}
+
+const V1_CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "memory", "pids"];
+
+pub fn is_unified(root: &Path) -> bool {
+    root.join("cgroup.controllers").exists()
+}
+
+fn dir(root: &Path, controller: Option<&str>, path: &str) -> PathBuf {
+    let rel = path.trim_start_matches('/');
+    match controller {
+        Some(c) => root.join(c).join(rel),
+        None => root.join(rel),
+    }
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> io::Result<()> {
+    std::fs::write(dir.join(file), value).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("write {value:?} to {}: {e}", dir.join(file).display()),
+        )
+    })
+}
+
+/// Creates the pod cgroup at `path` with `values` (zero quota/memory: unlimited).
+pub fn create(root: &Path, path: &str, values: &CgroupValues) -> io::Result<()> {
+    if is_unified(root) {
+        return create_v2(root, path, values);
+    }
+    for c in V1_CONTROLLERS {
+        let base = root.join(c);
+        if !base.is_dir() {
+            continue;
+        }
+        let d = dir(root, Some(c), path);
+        std::fs::create_dir_all(&d)
+            .map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", d.display())))?;
+        match c {
+            "cpu" => {
+                write(&d, "cpu.shares", &values.cpu_shares.to_string())?;
+                if values.cpu_quota > 0 {
+                    write(&d, "cpu.cfs_period_us", &values.cpu_period.to_string())?;
+                    write(&d, "cpu.cfs_quota_us", &values.cpu_quota.to_string())?;
+                }
+            }
+            "memory" if values.memory_limit > 0 => {
+                write(
+                    &d,
+                    "memory.limit_in_bytes",
+                    &values.memory_limit.to_string(),
+                )?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn create_v2(root: &Path, path: &str, values: &CgroupValues) -> io::Result<()> {
+    let d = dir(root, None, path);
+    std::fs::create_dir_all(&d)
+        .map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", d.display())))?;
+    // Every ancestor below the root must delegate the controllers to its children.
+    let rel = Path::new(path.trim_start_matches('/'));
+    let mut cur = root.to_path_buf();
+    for comp in rel.components() {
+        let ctl = cur.join("cgroup.subtree_control");
+        if ctl.exists() {
+            for c in ["+cpu", "+memory", "+pids"] {
+                // A controller the kernel lacks is left out rather than failing the pod.
+                let _ = std::fs::write(&ctl, c);
+            }
+        }
+        cur.push(comp);
+    }
+    if d.join("cpu.weight").exists() || !d.join("cgroup.controllers").exists() {
+        write(
+            &d,
+            "cpu.weight",
+            &shares_to_weight(values.cpu_shares).to_string(),
+        )?;
+        let max = if values.cpu_quota > 0 {
+            format!("{} {}", values.cpu_quota, values.cpu_period)
+        } else {
+            format!("max {}", crate::resources::QUOTA_PERIOD)
+        };
+        write(&d, "cpu.max", &max)?;
+    }
+    if values.memory_limit > 0 {
+        write(&d, "memory.max", &values.memory_limit.to_string())?;
+    }
+    Ok(())
+}
+
+/// Removes the pod cgroup (its children must be gone). Missing is fine.
+pub fn remove(root: &Path, path: &str) -> io::Result<()> {
+    let dirs: Vec<PathBuf> = if is_unified(root) {
+        vec![dir(root, None, path)]
+    } else {
+        V1_CONTROLLERS
+            .iter()
+            .map(|c| dir(root, Some(c), path))
+            .collect()
+    };
+    for d in dirs {
+        // Leftover child cgroups (containers runc left) go first, deepest first.
+        remove_tree(&d)?;
+    }
+    Ok(())
+}
+
+fn remove_tree(d: &Path) -> io::Result<()> {
+    let entries = match std::fs::read_dir(d) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in entries.flatten() {
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            remove_tree(&e.path())?;
+        }
+    }
+    // The kernel may still be tearing down the last task's membership: retry briefly.
+    for attempt in 0..50 {
+        match std::fs::remove_dir(d) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if attempt < 49 && e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("remove {}: {e}", d.display()),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_by_qos() {
+        assert_eq!(
+            pod_cgroup_path("/kubepods", QosClass::Guaranteed, "u1"),
+            "/kubepods/podu1"
+        );
+        assert_eq!(
+            pod_cgroup_path("kubepods/", QosClass::Burstable, "u1"),
+            "/kubepods/burstable/podu1"
+        );
+        assert_eq!(
+            pod_cgroup_path("/a/kubepods", QosClass::BestEffort, "u1"),
+            "/a/kubepods/besteffort/podu1"
+        );
+    }
+
+    // Fixture directories stand in for the cgroup filesystem (plain files, no kernel).
+    #[test]
+    fn v1_values_and_removal() {
+        let t = tempfile::tempdir().unwrap();
+        for c in V1_CONTROLLERS {
+            std::fs::create_dir_all(t.path().join(c)).unwrap();
+        }
+        let v = CgroupValues {
+            cpu_shares: 768,
+            cpu_quota: 75000,
+            cpu_period: 100000,
+            memory_limit: 96 << 20,
+        };
+        create(t.path(), "/kubepods/podu1", &v).unwrap();
+        let cpu = t.path().join("cpu/kubepods/podu1");
+        assert_eq!(
+            std::fs::read_to_string(cpu.join("cpu.shares")).unwrap(),
+            "768"
+        );
+        assert_eq!(
+            std::fs::read_to_string(cpu.join("cpu.cfs_quota_us")).unwrap(),
+            "75000"
+        );
+        assert_eq!(
+            std::fs::read_to_string(cpu.join("cpu.cfs_period_us")).unwrap(),
+            "100000"
+        );
+        let mem = t.path().join("memory/kubepods/podu1/memory.limit_in_bytes");
+        assert_eq!(
+            std::fs::read_to_string(mem).unwrap(),
+            (96u64 << 20).to_string()
+        );
+        assert!(t.path().join("pids/kubepods/podu1").is_dir());
+        // Fixture files make the dirs non-empty; real cgroupfs dirs hold only virtual files.
+        for c in V1_CONTROLLERS {
+            let d = t.path().join(c).join("kubepods/podu1");
+            for f in std::fs::read_dir(&d).unwrap().flatten() {
+                std::fs::remove_file(f.path()).unwrap();
+            }
+        }
+        remove(t.path(), "/kubepods/podu1").unwrap();
+        assert!(!t.path().join("cpu/kubepods/podu1").exists());
+        remove(t.path(), "/kubepods/podu1").unwrap();
+    }
+
+    #[test]
+    fn v2_values() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("cgroup.controllers"), "cpu memory pids").unwrap();
+        std::fs::write(t.path().join("cgroup.subtree_control"), "").unwrap();
+        let v = CgroupValues {
+            cpu_shares: 1024,
+            cpu_quota: 50000,
+            cpu_period: 100000,
+            memory_limit: 64 << 20,
+        };
+        create(t.path(), "/kubepods/burstable/podu2", &v).unwrap();
+        let d = t.path().join("kubepods/burstable/podu2");
+        assert_eq!(std::fs::read_to_string(d.join("cpu.weight")).unwrap(), "39");
+        assert_eq!(
+            std::fs::read_to_string(d.join("cpu.max")).unwrap(),
+            "50000 100000"
+        );
+        assert_eq!(
+            std::fs::read_to_string(d.join("memory.max")).unwrap(),
+            (64u64 << 20).to_string()
+        );
+        assert_eq!(
+            std::fs::read_to_string(t.path().join("cgroup.subtree_control")).unwrap(),
+            "+pids"
+        );
+        let be = CgroupValues {
+            cpu_shares: 2,
+            ..Default::default()
+        };
+        create(t.path(), "/kubepods/besteffort/podu3", &be).unwrap();
+        let d = t.path().join("kubepods/besteffort/podu3");
+        assert_eq!(
+            std::fs::read_to_string(d.join("cpu.max")).unwrap(),
+            "max 100000"
+        );
+        assert!(!d.join("memory.max").exists());
+    }
+}
