@@ -165,7 +165,7 @@ async fn import(daemon: &Arc<Daemon>, path: &str) -> Result<String> {
         .open(p)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
-                Error::not_found(format!("archive {path}: no such file"))
+                Error::not_found(format!("archive {path}: no such file")).with_cause(e)
             }
             _ => Error::path("open archive", p, e),
         })?;
