@@ -7,23 +7,27 @@ use peapod_proto::v1::runtime_service_client::RuntimeServiceClient;
 use std::path::{Path, PathBuf};
 use tonic::transport::{Channel, Endpoint};
 
+/// A client of both CRI services.
 #[derive(Clone)]
-pub struct Cri {
+pub struct CriClient {
     pub runtime: RuntimeServiceClient<Channel>,
     pub image: ImageServiceClient<Channel>,
 }
 
-impl Cri {
+impl CriClient {
     /// Connects to `unix:///path` or a bare path.
-    pub async fn connect(endpoint: &str) -> Result<Cri, tonic::transport::Error> {
+    pub async fn connect(endpoint: &str) -> Result<CriClient, tonic::transport::Error> {
         let path = PathBuf::from(endpoint.trim_start_matches("unix://"));
         let channel = channel(&path).await?;
-        Ok(Cri {
+        Ok(CriClient {
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
             image: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
         })
     }
 }
+
+/// The name the command-line tools and tests use.
+pub type Cri = CriClient;
 
 pub async fn channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
     let path = path.to_path_buf();

@@ -13,7 +13,7 @@ use crate::network::{Network, PodNetwork};
 use crate::paths::Paths;
 use crate::sandbox::{SandboxDeps, SandboxService, SandboxSettings};
 use crate::shim::{ShimManager, Shims};
-use crate::stats::StatsService;
+use crate::stats::{HostProcessStats, ProcessStats, StatsService};
 use crate::store::container::ContainerRecords;
 use crate::store::sandbox::SandboxRecords;
 use std::path::Path;
@@ -27,6 +27,8 @@ pub struct Effects {
     pub pod_network: Arc<dyn PodNetwork>,
     pub host: Arc<dyn HostOps>,
     pub images: Arc<dyn Images>,
+    /// What the stats read about processes (cgroups, /proc).
+    pub process_stats: Arc<dyn ProcessStats>,
 }
 
 pub struct Daemon {
@@ -93,12 +95,19 @@ impl Daemon {
             pod_network: network.clone(),
             host: Arc::new(RealHostOps),
             images: images.clone(),
+            process_stats: Arc::new(HostProcessStats),
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
-        daemon.sandboxes.resume();
-        daemon.containers.resume();
+        daemon.resume();
         daemon.start_streaming().await?;
         Ok(daemon)
+    }
+
+    /// After a (re)start: follow the pods and containers that were running when the daemon
+    /// went away, and reload what exec keeps in memory.
+    pub fn resume(&self) {
+        self.sandboxes.resume();
+        self.containers.resume();
     }
 
     /// The services over the given parts, with their records loaded; no background work
@@ -154,7 +163,12 @@ impl Daemon {
             sandboxes.clone(),
             effects.shims,
         ));
-        let stats = StatsService::new(containers.clone(), sandboxes.clone(), images.clone());
+        let stats = StatsService::new(
+            containers.clone(),
+            sandboxes.clone(),
+            images.clone(),
+            effects.process_stats,
+        );
         Ok(Arc::new(Daemon {
             config,
             images,

@@ -92,8 +92,8 @@ impl ContainerService {
             containers.names.reserve(&name, &id, "container")?;
             id
         };
-        let span = tracing::info_span!("container", id = %id, name = %name);
-        let _e = span.enter();
+        // The call's span (server::rpc) has a field for the id it did not know yet.
+        tracing::Span::current().record("container", id.as_str());
         let mut made = Made::default();
         match self
             .make_container(&id, &name, &srec, req.config, &mut made)
@@ -205,11 +205,8 @@ impl ContainerService {
             paths: &peapod_spec::RealHost,
         })
         .map_err(Error::from)?;
-        let config_json = bundle.join("config.json");
-        // peapod-spec's writer sorts the capability sets, so a spec always serializes alike.
-        let bytes = peapod_spec::spec_json(&spec).map_err(Error::from)?;
+        crate::runtime_spec::write_config(&bundle, &spec)?;
         self.processes.remember(id, &spec);
-        std::fs::write(&config_json, bytes).map_err(|e| Error::path("write", &config_json, e))?;
 
         let exit_file = root_dir.join("exit");
         let record = ContainerRecord {

@@ -171,8 +171,7 @@ async fn a_failed_start_is_exited_with_128_and_keeps_the_record() {
 async fn remove_kills_a_running_container() {
     let h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    let c = h.create_container(&pod, "app").await.unwrap();
-    h.start_container(&c).await.unwrap();
+    let c = h.run_container(&pod, "app").await;
     h.remove_container(&c).await.expect("RemoveContainer");
     assert_eq!(h.faults.count("shim.kill"), 1);
     assert_eq!(h.shim_tasks(&pod), set(&[&pod]));
@@ -228,4 +227,148 @@ async fn exec_uses_the_process_kept_from_create_not_config_json() {
         err.message().contains("config.json"),
         "forgotten on remove: {err}"
     );
+}
+
+async fn update_cpu_shares(h: &Harness, id: &str, shares: i64) -> Result<(), tonic::Status> {
+    use peapod_proto::v1::runtime_service_server::RuntimeService;
+    let req = peapod_proto::v1::UpdateContainerResourcesRequest {
+        container_id: id.into(),
+        linux: Some(peapod_proto::v1::LinuxContainerResources {
+            cpu_shares: shares,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    h.cri
+        .update_container_resources(tonic::Request::new(req))
+        .await
+        .map(drop)
+}
+
+async fn cpu_shares(h: &Harness, id: &str) -> Option<i64> {
+    let status = h.container_status(id).await.unwrap();
+    Some(status.resources?.linux?.cpu_shares)
+}
+
+#[tokio::test]
+async fn update_resources_is_recorded_only_when_the_shim_applied_it() {
+    let h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let c = h.run_container(&pod, "app").await;
+
+    update_cpu_shares(&h, &c, 512)
+        .await
+        .expect("UpdateContainerResources");
+    assert_eq!(cpu_shares(&h, &c).await, Some(512));
+
+    h.faults.fail("shim.update");
+    let err = update_cpu_shares(&h, &c, 1024).await.unwrap_err();
+    assert!(err.message().contains("shim.update"), "{err:?}");
+    assert_eq!(cpu_shares(&h, &c).await, Some(512), "unchanged");
+
+    h.faults.heal("shim.update");
+    h.stop_container(&c, 0).await.unwrap();
+    let err = update_cpu_shares(&h, &c, 1024).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+}
+
+#[tokio::test]
+async fn reopen_log_needs_a_running_container() {
+    use peapod_proto::v1::runtime_service_server::RuntimeService;
+    let h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let c = h.create_container(&pod, "app").await.unwrap();
+    let reopen = |id: &str| {
+        let req = peapod_proto::v1::ReopenContainerLogRequest {
+            container_id: id.into(),
+        };
+        h.cri.reopen_container_log(tonic::Request::new(req))
+    };
+    let err = reopen(&c).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    h.start_container(&c).await.unwrap();
+    reopen(&c).await.expect("ReopenContainerLog");
+    assert_eq!(h.faults.count("shim.reopen_log"), 1);
+    assert_eq!(reopen("nosuch").await.unwrap_err().code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn a_restarted_daemon_keeps_records_names_exits_and_exec() {
+    let mut h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let c = h.run_container(&pod, "app").await;
+
+    h.restart();
+    assert_eq!(h.pods().await.len(), 1);
+    assert_eq!(
+        h.container_state(&c).await,
+        ContainerState::ContainerRunning
+    );
+    let err = h.create_container(&pod, "app").await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "the name stays reserved");
+
+    // The process spec was reloaded at start, not on demand.
+    let rec = h.rt.containers.records().resolve(&c).unwrap().get();
+    std::fs::remove_file(rec.bundle.join("config.json")).unwrap();
+    let cmd = vec!["true".to_string()];
+    h.rt.containers
+        .exec_process_json(&rec, &cmd, false)
+        .expect("the kept process");
+
+    // An exit while this daemon runs is recorded by the resumed watch.
+    let mut events = h.rt.events.subscribe();
+    let shim = h.shims.shim(&pod).unwrap();
+    crate::shim::Shim::kill(shim.as_ref(), &c, "", 9, false)
+        .await
+        .unwrap();
+    loop {
+        let event = events.recv().await.expect("an event");
+        if event.container_id == c
+            && event.container_event_type
+                == peapod_proto::v1::ContainerEventType::ContainerStoppedEvent as i32
+        {
+            break;
+        }
+    }
+    let status = h.container_status(&c).await.unwrap();
+    assert_eq!(status.state, ContainerState::ContainerExited as i32);
+    assert_eq!(status.exit_code, 137);
+
+    h.remove_pod(&pod).await.unwrap();
+    h.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_failed_stop_leaves_the_container_running_for_a_retry() {
+    let h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let c = h.run_container(&pod, "app").await;
+    h.faults.fail("shim.kill");
+    let err = h.stop_container(&c, 10).await.unwrap_err();
+    assert!(err.message().contains("shim.kill"), "{err:?}");
+    assert_eq!(
+        h.container_state(&c).await,
+        ContainerState::ContainerRunning
+    );
+
+    h.faults.heal("shim.kill");
+    h.stop_container(&c, 10).await.expect("the retry");
+    assert_eq!(h.container_state(&c).await, ContainerState::ContainerExited);
+}
+
+#[tokio::test]
+async fn a_failed_task_delete_keeps_the_record_and_rootfs_for_a_retry() {
+    let h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let c = h.create_container(&pod, "app").await.unwrap();
+    h.faults.fail("shim.delete");
+    let err = h.remove_container(&c).await.unwrap_err();
+    assert!(err.message().contains("shim.delete"), "{err:?}");
+    assert_eq!(h.containers().await.len(), 1);
+    assert_eq!(h.images.rootfs_owners(), set(&[&c]));
+
+    h.faults.heal("shim.delete");
+    h.remove_container(&c).await.expect("the retry");
+    assert!(h.containers().await.is_empty());
+    assert!(h.images.rootfs_owners().is_empty());
 }

@@ -83,7 +83,7 @@ pub fn host_facts() -> peapod_spec::HostFacts {
     let mut facts = FACTS
         .get_or_init(|| peapod_spec::HostFacts::detect(false))
         .clone();
-    facts.oom_score_adj_floor = crate::oom::floor();
+    facts.oom_score_adj_floor = crate::oom_score::floor();
     facts
 }
 

@@ -3,6 +3,8 @@
 //! sandbox calls, one file per call (run, stop, remove, status, list); `watch` follows pause
 //! containers, `spec` writes the pause's runtime spec, `pause_image` picks its image.
 
+#[cfg(test)]
+mod lifecycle_tests;
 mod list;
 mod pause_image;
 mod remove;
@@ -10,8 +12,6 @@ mod run;
 pub mod spec;
 mod status;
 mod stop;
-#[cfg(test)]
-mod tests;
 mod watch;
 
 pub use status::verbose_info;

@@ -31,8 +31,6 @@ impl SandboxService {
 
     /// Removes everything of a sandbox: containers, pause, network, shm, shim, files, record.
     pub(super) async fn destroy_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
-        let span = tracing::info_span!("remove", sandbox = %sandbox.id);
-        let _e = span.enter();
         self.containers.remove_all_of(&sandbox.id).await?;
         self.stop_pause(sandbox).await?;
         if let Err(e) = self.teardown_network(sandbox, true).await {

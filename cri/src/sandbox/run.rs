@@ -96,8 +96,8 @@ impl SandboxService {
             table.names.reserve(&name, &id, "pod sandbox")?;
             id
         };
-        let span = tracing::info_span!("sandbox", id = %id, pod = %name);
-        let _enter = span.enter();
+        // The call's span (server::rpc) has a field for the id it did not know yet.
+        tracing::Span::current().record("sandbox", id.as_str());
         let (net, _, ipc) = namespace_modes(&config);
         let parent = config
             .linux
@@ -230,9 +230,7 @@ impl SandboxService {
                 cgroups_path: &rec.cgroups_path,
             },
         )?;
-        let config_json = bundle.join("config.json");
-        spec.save(&config_json)
-            .map_err(|e| Error::internal(format!("write {}: {e}", config_json.display())))?;
+        crate::runtime_spec::write_config(&bundle, &spec)?;
         let options = CreateOptions {
             // Nothing happens between create and start of a pause: one runtime call.
             start: true,

@@ -1,8 +1,8 @@
 //! The runtime spec of a pod's pause container.
 
 use crate::error::{Error, Result};
-use crate::oci::{self, spec_err};
 use crate::pause::PAUSE_USER;
+use crate::runtime_spec::{self as oci, spec_err};
 use oci_spec::runtime::{
     LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder, LinuxDeviceCgroupBuilder,
     LinuxNamespaceType, LinuxResourcesBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder,
@@ -89,7 +89,7 @@ pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result
                 .map_err(spec_err)?,
         )
         .no_new_privileges(true)
-        .oom_score_adj(crate::oom::restrict(SANDBOX_OOM_SCORE_ADJ))
+        .oom_score_adj(crate::oom_score::restrict(SANDBOX_OOM_SCORE_ADJ))
         .build()
         .map_err(spec_err)?;
 

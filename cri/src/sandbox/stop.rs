@@ -27,8 +27,6 @@ impl SandboxService {
     }
 
     pub(super) async fn stop_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
-        let span = tracing::info_span!("stop", sandbox = %sandbox.id);
-        let _e = span.enter();
         self.containers.stop_all_of(&sandbox.id).await?;
         self.stop_pause(sandbox).await?;
         if let Err(e) = self.teardown_network(sandbox, false).await {

@@ -8,14 +8,14 @@ use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
 pub async fn create(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     let config = req
         .config
         .ok_or_else(|| Error::invalid("config is required"))?;
-    let id = rt
+    let id = daemon
         .containers
         .create(CreateContainer {
             sandbox_id: req.pod_sandbox_id,
@@ -27,34 +27,40 @@ pub async fn create(
 }
 
 pub async fn start(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.containers.start(&req.container_id).await?;
+    daemon.containers.start(&req.container_id).await?;
     Ok(cri::StartContainerResponse {})
 }
 
 pub async fn stop(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.containers.stop(&req.container_id, req.timeout).await?;
+    daemon
+        .containers
+        .stop(&req.container_id, req.timeout)
+        .await?;
     Ok(cri::StopContainerResponse {})
 }
 
 pub async fn remove(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.containers.remove(&req.container_id).await?;
+    daemon.containers.remove(&req.container_id).await?;
     Ok(cri::RemoveContainerResponse {})
 }
 
-pub fn list(rt: &Daemon, req: cri::ListContainersRequest) -> Result<cri::ListContainersResponse> {
-    let containers = rt
+pub fn list(
+    daemon: &Daemon,
+    req: cri::ListContainersRequest,
+) -> Result<cri::ListContainersResponse> {
+    let containers = daemon
         .containers
         .list(req.filter.as_ref())
         .iter()
@@ -64,11 +70,11 @@ pub fn list(rt: &Daemon, req: cri::ListContainersRequest) -> Result<cri::ListCon
 }
 
 pub async fn status(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse> {
     super::required("container_id", &req.container_id)?;
-    let rec = rt.containers.status(&req.container_id)?;
+    let rec = daemon.containers.status(&req.container_id)?;
     let info = if req.verbose {
         crate::container::verbose_info(&rec)
     } else {
@@ -81,24 +87,25 @@ pub async fn status(
 }
 
 pub async fn update_resources(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::UpdateContainerResourcesRequest,
 ) -> Result<cri::UpdateContainerResourcesResponse> {
     super::required("container_id", &req.container_id)?;
     let linux = req
         .linux
         .ok_or_else(|| Error::invalid("linux resources are required"))?;
-    rt.containers
+    daemon
+        .containers
         .update_resources(&req.container_id, linux)
         .await?;
     Ok(cri::UpdateContainerResourcesResponse {})
 }
 
 pub async fn reopen_log(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::ReopenContainerLogRequest,
 ) -> Result<cri::ReopenContainerLogResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.containers.reopen_log(&req.container_id).await?;
+    daemon.containers.reopen_log(&req.container_id).await?;
     Ok(cri::ReopenContainerLogResponse {})
 }

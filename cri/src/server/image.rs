@@ -52,7 +52,7 @@ fn credentials(auth: Option<cri::AuthConfig>) -> Option<peapod_image::Credential
 }
 
 /// Whether an image passes a ListImages filter (by reference, tag, digest or id).
-fn matches(rt: &Daemon, img: &Image, filter: Option<&cri::ImageFilter>) -> bool {
+fn matches(daemon: &Daemon, img: &Image, filter: Option<&cri::ImageFilter>) -> bool {
     let Some(want) = filter
         .and_then(|f| f.image.as_ref())
         .map(|s| s.image.as_str())
@@ -60,37 +60,38 @@ fn matches(rt: &Daemon, img: &Image, filter: Option<&cri::ImageFilter>) -> bool 
     else {
         return true;
     };
-    rt.images
+    daemon
+        .images
         .resolve(want)
         .is_some_and(|found| found.id == img.id)
 }
 
 pub async fn list(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::ListImagesRequest,
 ) -> Result<cri::ListImagesResponse> {
-    let images = rt
+    let images = daemon
         .images
         .list()
         .iter()
-        .filter(|img| matches(rt, img, req.filter.as_ref()))
+        .filter(|img| matches(daemon, img, req.filter.as_ref()))
         .map(to_cri)
         .collect();
     Ok(cri::ListImagesResponse { images })
 }
 
 pub async fn status(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::ImageStatusRequest,
 ) -> Result<cri::ImageStatusResponse> {
     let reference = require_image(req.image.as_ref())?;
     // A missing image is not an error: the response carries no image.
-    let Some(img) = rt.images.resolve(reference) else {
+    let Some(img) = daemon.images.resolve(reference) else {
         return Ok(cri::ImageStatusResponse::default());
     };
     let info = if req.verbose {
         // The raw OCI image config too (containerd's "imageSpec"): history, platform, created.
-        let spec = rt
+        let spec = daemon
             .images
             .config_json(&img.id)
             .await
@@ -102,7 +103,7 @@ pub async fn status(
             "size": img.size,
             "pinned": img.pinned,
             "config": img.config,
-            "layers": rt.images.layers(&img.id).unwrap_or_default(),
+            "layers": daemon.images.layers(&img.id).unwrap_or_default(),
             "imageSpec": spec,
         });
         HashMap::from([("info".to_string(), v.to_string())])
@@ -116,19 +117,19 @@ pub async fn status(
 }
 
 pub async fn pull(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     metrics: &peapod_metrics::Metrics,
     req: cri::PullImageRequest,
 ) -> Result<cri::PullImageResponse> {
     let reference = require_image(req.image.as_ref())?.to_string();
     tracing::Span::current().record("image", reference.as_str());
     if let Some(path) = archive_path(&reference) {
-        let id = import(rt, path).await?;
+        let id = import(daemon, path).await?;
         return Ok(cri::PullImageResponse { image_ref: id });
     }
     let creds = credentials(req.auth);
     let start = std::time::Instant::now();
-    let img = rt.images.pull(&reference, creds.as_ref()).await?;
+    let img = daemon.images.pull(&reference, creds.as_ref()).await?;
     metrics.record_image_pull(img.size, start.elapsed().as_secs_f64());
     tracing::info!(id = %img.id, "pulled");
     // The kubelet then names the image by this reference in CreateContainer; the id is
@@ -150,7 +151,7 @@ fn archive_path(reference: &str) -> Option<&str> {
 }
 
 /// Imports every image of the archive at `path`; returns the id of the first.
-async fn import(rt: &Arc<Daemon>, path: &str) -> Result<String> {
+async fn import(daemon: &Arc<Daemon>, path: &str) -> Result<String> {
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::io::AsRawFd;
     let p = std::path::Path::new(path);
@@ -167,7 +168,7 @@ async fn import(rt: &Arc<Daemon>, path: &str) -> Result<String> {
         .open(p)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
-                Error::not_found(format!("archive {path}: no such file"))
+                Error::not_found(format!("archive {path}: no such file")).with_cause(e)
             }
             _ => Error::path("open archive", p, e),
         })?;
@@ -183,7 +184,7 @@ async fn import(rt: &Arc<Daemon>, path: &str) -> Result<String> {
     // the name of this very file.
     let by_fd = format!("/proc/self/fd/{}", file.as_raw_fd());
     tracing::info!(archive = %path, size = meta.len(), "importing image archive");
-    let res = rt.images.import(std::path::Path::new(&by_fd)).await;
+    let res = daemon.images.import(std::path::Path::new(&by_fd)).await;
     drop(file);
     // The client named the archive, not our descriptor of it.
     let images = res.map_err(|e| {
@@ -199,11 +200,11 @@ async fn import(rt: &Arc<Daemon>, path: &str) -> Result<String> {
 }
 
 pub async fn remove(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::RemoveImageRequest,
 ) -> Result<cri::RemoveImageResponse> {
     let reference = require_image(req.image.as_ref())?;
-    rt.images.remove(reference).await?;
+    daemon.images.remove(reference).await?;
     Ok(cri::RemoveImageResponse {})
 }
 
@@ -223,10 +224,10 @@ fn usage(u: &peapod_image::FsUsage) -> cri::FilesystemUsage {
 }
 
 pub async fn fs_info(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     _req: cri::ImageFsInfoRequest,
 ) -> Result<cri::ImageFsInfoResponse> {
-    let store = rt.images.clone();
+    let store = daemon.images.clone();
     let info = tokio::task::spawn_blocking(move || store.fs_info())
         .await
         .map_err(|e| Error::internal(format!("image fs info: {e}")))?;

@@ -2,12 +2,14 @@
 //! errors to `Status`. One file per group of calls; this file only routes.
 
 mod container;
+mod events;
+mod exec;
 mod image;
 mod metrics;
 mod runtime_info;
 mod sandbox;
 mod stats;
-mod streaming;
+mod unimplemented;
 
 use crate::daemon::Daemon;
 use crate::error::Error;
@@ -125,16 +127,16 @@ fn log_failure(method: &str, err: &Error) {
     }
 }
 
-/// Both CRI services over one runtime.
+/// Both CRI services (RuntimeService and ImageService) over the daemon.
 #[derive(Clone)]
-pub struct Cri {
-    rt: Arc<Daemon>,
+pub struct CriService {
+    daemon: Arc<Daemon>,
     metrics: Arc<peapod_metrics::Metrics>,
 }
 
-impl Cri {
-    pub fn new(rt: Arc<Daemon>, metrics: Arc<peapod_metrics::Metrics>) -> Cri {
-        Cri { rt, metrics }
+impl CriService {
+    pub fn new(daemon: Arc<Daemon>, metrics: Arc<peapod_metrics::Metrics>) -> CriService {
+        CriService { daemon, metrics }
     }
 }
 
@@ -176,7 +178,7 @@ pub async fn serve(
         tracing::info!(address = %addr, "serving metrics at /metrics");
         Some(task)
     };
-    let cri = Cri::new(rt, metrics.clone());
+    let cri = CriService::new(rt, metrics.clone());
     // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
     let incoming = peapod_uds::incoming(listener);
     tonic::transport::Server::builder()
@@ -198,16 +200,16 @@ type EventStream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<cri::ContainerEventResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl RuntimeService for Cri {
+impl RuntimeService for CriService {
     async fn version(&self, r: Request<cri::VersionRequest>) -> RpcResult<cri::VersionResponse> {
         rpc("Version", r, |req| {
-            std::future::ready(runtime_info::version(&self.rt, req))
+            std::future::ready(runtime_info::version(&self.daemon, req))
         })
         .await
     }
     async fn status(&self, r: Request<cri::StatusRequest>) -> RpcResult<cri::StatusResponse> {
         rpc("Status", r, |req| {
-            std::future::ready(runtime_info::status(&self.rt, req))
+            std::future::ready(runtime_info::status(&self.daemon, req))
         })
         .await
     }
@@ -216,7 +218,7 @@ impl RuntimeService for Cri {
         r: Request<cri::RuntimeConfigRequest>,
     ) -> RpcResult<cri::RuntimeConfigResponse> {
         rpc("RuntimeConfig", r, |req| {
-            std::future::ready(runtime_info::runtime_config(&self.rt, req))
+            std::future::ready(runtime_info::runtime_config(&self.daemon, req))
         })
         .await
     }
@@ -225,7 +227,7 @@ impl RuntimeService for Cri {
         r: Request<cri::UpdateRuntimeConfigRequest>,
     ) -> RpcResult<cri::UpdateRuntimeConfigResponse> {
         rpc("UpdateRuntimeConfig", r, |req| {
-            std::future::ready(runtime_info::update_runtime_config(&self.rt, req))
+            std::future::ready(runtime_info::update_runtime_config(&self.daemon, req))
         })
         .await
     }
@@ -234,32 +236,38 @@ impl RuntimeService for Cri {
         &self,
         r: Request<cri::RunPodSandboxRequest>,
     ) -> RpcResult<cri::RunPodSandboxResponse> {
-        rpc("RunPodSandbox", r, |req| sandbox::run(&self.rt, req)).await
+        rpc("RunPodSandbox", r, |req| sandbox::run(&self.daemon, req)).await
     }
     async fn stop_pod_sandbox(
         &self,
         r: Request<cri::StopPodSandboxRequest>,
     ) -> RpcResult<cri::StopPodSandboxResponse> {
-        rpc("StopPodSandbox", r, |req| sandbox::stop(&self.rt, req)).await
+        rpc("StopPodSandbox", r, |req| sandbox::stop(&self.daemon, req)).await
     }
     async fn remove_pod_sandbox(
         &self,
         r: Request<cri::RemovePodSandboxRequest>,
     ) -> RpcResult<cri::RemovePodSandboxResponse> {
-        rpc("RemovePodSandbox", r, |req| sandbox::remove(&self.rt, req)).await
+        rpc("RemovePodSandbox", r, |req| {
+            sandbox::remove(&self.daemon, req)
+        })
+        .await
     }
     async fn pod_sandbox_status(
         &self,
         r: Request<cri::PodSandboxStatusRequest>,
     ) -> RpcResult<cri::PodSandboxStatusResponse> {
-        rpc("PodSandboxStatus", r, |req| sandbox::status(&self.rt, req)).await
+        rpc("PodSandboxStatus", r, |req| {
+            sandbox::status(&self.daemon, req)
+        })
+        .await
     }
     async fn list_pod_sandbox(
         &self,
         r: Request<cri::ListPodSandboxRequest>,
     ) -> RpcResult<cri::ListPodSandboxResponse> {
         rpc("ListPodSandbox", r, |req| {
-            std::future::ready(sandbox::list(&self.rt, req))
+            std::future::ready(sandbox::list(&self.daemon, req))
         })
         .await
     }
@@ -268,32 +276,41 @@ impl RuntimeService for Cri {
         &self,
         r: Request<cri::CreateContainerRequest>,
     ) -> RpcResult<cri::CreateContainerResponse> {
-        rpc("CreateContainer", r, |req| container::create(&self.rt, req)).await
+        rpc("CreateContainer", r, |req| {
+            container::create(&self.daemon, req)
+        })
+        .await
     }
     async fn start_container(
         &self,
         r: Request<cri::StartContainerRequest>,
     ) -> RpcResult<cri::StartContainerResponse> {
-        rpc("StartContainer", r, |req| container::start(&self.rt, req)).await
+        rpc("StartContainer", r, |req| {
+            container::start(&self.daemon, req)
+        })
+        .await
     }
     async fn stop_container(
         &self,
         r: Request<cri::StopContainerRequest>,
     ) -> RpcResult<cri::StopContainerResponse> {
-        rpc("StopContainer", r, |req| container::stop(&self.rt, req)).await
+        rpc("StopContainer", r, |req| container::stop(&self.daemon, req)).await
     }
     async fn remove_container(
         &self,
         r: Request<cri::RemoveContainerRequest>,
     ) -> RpcResult<cri::RemoveContainerResponse> {
-        rpc("RemoveContainer", r, |req| container::remove(&self.rt, req)).await
+        rpc("RemoveContainer", r, |req| {
+            container::remove(&self.daemon, req)
+        })
+        .await
     }
     async fn list_containers(
         &self,
         r: Request<cri::ListContainersRequest>,
     ) -> RpcResult<cri::ListContainersResponse> {
         rpc("ListContainers", r, |req| {
-            std::future::ready(container::list(&self.rt, req))
+            std::future::ready(container::list(&self.daemon, req))
         })
         .await
     }
@@ -301,14 +318,17 @@ impl RuntimeService for Cri {
         &self,
         r: Request<cri::ContainerStatusRequest>,
     ) -> RpcResult<cri::ContainerStatusResponse> {
-        rpc("ContainerStatus", r, |req| container::status(&self.rt, req)).await
+        rpc("ContainerStatus", r, |req| {
+            container::status(&self.daemon, req)
+        })
+        .await
     }
     async fn update_container_resources(
         &self,
         r: Request<cri::UpdateContainerResourcesRequest>,
     ) -> RpcResult<cri::UpdateContainerResourcesResponse> {
         rpc("UpdateContainerResources", r, |req| {
-            container::update_resources(&self.rt, req)
+            container::update_resources(&self.daemon, req)
         })
         .await
     }
@@ -317,7 +337,7 @@ impl RuntimeService for Cri {
         r: Request<cri::ReopenContainerLogRequest>,
     ) -> RpcResult<cri::ReopenContainerLogResponse> {
         rpc("ReopenContainerLog", r, |req| {
-            container::reopen_log(&self.rt, req)
+            container::reopen_log(&self.daemon, req)
         })
         .await
     }
@@ -326,20 +346,20 @@ impl RuntimeService for Cri {
         &self,
         r: Request<cri::ExecSyncRequest>,
     ) -> RpcResult<cri::ExecSyncResponse> {
-        rpc("ExecSync", r, |req| streaming::exec_sync(&self.rt, req)).await
+        rpc("ExecSync", r, |req| exec::exec_sync(&self.daemon, req)).await
     }
     async fn exec(&self, r: Request<cri::ExecRequest>) -> RpcResult<cri::ExecResponse> {
-        rpc("Exec", r, |req| streaming::exec(&self.rt, req)).await
+        rpc("Exec", r, |req| exec::exec(&self.daemon, req)).await
     }
     async fn attach(&self, r: Request<cri::AttachRequest>) -> RpcResult<cri::AttachResponse> {
-        rpc("Attach", r, |req| streaming::attach(&self.rt, req)).await
+        rpc("Attach", r, |req| exec::attach(&self.daemon, req)).await
     }
     async fn port_forward(
         &self,
         r: Request<cri::PortForwardRequest>,
     ) -> RpcResult<cri::PortForwardResponse> {
         rpc("PortForward", r, |req| {
-            streaming::port_forward(&self.rt, req)
+            exec::port_forward(&self.daemon, req)
         })
         .await
     }
@@ -349,7 +369,7 @@ impl RuntimeService for Cri {
         r: Request<cri::ContainerStatsRequest>,
     ) -> RpcResult<cri::ContainerStatsResponse> {
         rpc("ContainerStats", r, |req| {
-            stats::container_stats(&self.rt, req)
+            stats::container_stats(&self.daemon, req)
         })
         .await
     }
@@ -358,7 +378,7 @@ impl RuntimeService for Cri {
         r: Request<cri::ListContainerStatsRequest>,
     ) -> RpcResult<cri::ListContainerStatsResponse> {
         rpc("ListContainerStats", r, |req| {
-            stats::list_container_stats(&self.rt, req)
+            stats::list_container_stats(&self.daemon, req)
         })
         .await
     }
@@ -367,7 +387,7 @@ impl RuntimeService for Cri {
         r: Request<cri::PodSandboxStatsRequest>,
     ) -> RpcResult<cri::PodSandboxStatsResponse> {
         rpc("PodSandboxStats", r, |req| {
-            stats::pod_sandbox_stats(&self.rt, req)
+            stats::pod_sandbox_stats(&self.daemon, req)
         })
         .await
     }
@@ -376,7 +396,7 @@ impl RuntimeService for Cri {
         r: Request<cri::ListPodSandboxStatsRequest>,
     ) -> RpcResult<cri::ListPodSandboxStatsResponse> {
         rpc("ListPodSandboxStats", r, |req| {
-            stats::list_pod_sandbox_stats(&self.rt, req)
+            stats::list_pod_sandbox_stats(&self.daemon, req)
         })
         .await
     }
@@ -385,7 +405,7 @@ impl RuntimeService for Cri {
         r: Request<cri::CheckpointContainerRequest>,
     ) -> RpcResult<cri::CheckpointContainerResponse> {
         rpc("CheckpointContainer", r, |req| {
-            std::future::ready(stats::checkpoint_container(&self.rt, req))
+            std::future::ready(unimplemented::checkpoint_container(&self.daemon, req))
         })
         .await
     }
@@ -396,7 +416,7 @@ impl RuntimeService for Cri {
         r: Request<cri::GetEventsRequest>,
     ) -> RpcResult<Self::GetContainerEventsStream> {
         rpc("GetContainerEvents", r, |req| {
-            std::future::ready(stats::container_events(&self.rt, req))
+            std::future::ready(events::container_events(&self.daemon, req))
         })
         .await
     }
@@ -405,7 +425,7 @@ impl RuntimeService for Cri {
         r: Request<cri::ListMetricDescriptorsRequest>,
     ) -> RpcResult<cri::ListMetricDescriptorsResponse> {
         rpc("ListMetricDescriptors", r, |req| {
-            std::future::ready(stats::list_metric_descriptors(&self.rt, req))
+            std::future::ready(unimplemented::list_metric_descriptors(&self.daemon, req))
         })
         .await
     }
@@ -414,32 +434,32 @@ impl RuntimeService for Cri {
         r: Request<cri::ListPodSandboxMetricsRequest>,
     ) -> RpcResult<cri::ListPodSandboxMetricsResponse> {
         rpc("ListPodSandboxMetrics", r, |req| {
-            std::future::ready(stats::list_pod_sandbox_metrics(&self.rt, req))
+            std::future::ready(unimplemented::list_pod_sandbox_metrics(&self.daemon, req))
         })
         .await
     }
 }
 
 #[tonic::async_trait]
-impl ImageService for Cri {
+impl ImageService for CriService {
     async fn list_images(
         &self,
         r: Request<cri::ListImagesRequest>,
     ) -> RpcResult<cri::ListImagesResponse> {
-        rpc("ListImages", r, |req| image::list(&self.rt, req)).await
+        rpc("ListImages", r, |req| image::list(&self.daemon, req)).await
     }
     async fn image_status(
         &self,
         r: Request<cri::ImageStatusRequest>,
     ) -> RpcResult<cri::ImageStatusResponse> {
-        rpc("ImageStatus", r, |req| image::status(&self.rt, req)).await
+        rpc("ImageStatus", r, |req| image::status(&self.daemon, req)).await
     }
     async fn pull_image(
         &self,
         r: Request<cri::PullImageRequest>,
     ) -> RpcResult<cri::PullImageResponse> {
         rpc("PullImage", r, |req| {
-            image::pull(&self.rt, &self.metrics, req)
+            image::pull(&self.daemon, &self.metrics, req)
         })
         .await
     }
@@ -447,12 +467,12 @@ impl ImageService for Cri {
         &self,
         r: Request<cri::RemoveImageRequest>,
     ) -> RpcResult<cri::RemoveImageResponse> {
-        rpc("RemoveImage", r, |req| image::remove(&self.rt, req)).await
+        rpc("RemoveImage", r, |req| image::remove(&self.daemon, req)).await
     }
     async fn image_fs_info(
         &self,
         r: Request<cri::ImageFsInfoRequest>,
     ) -> RpcResult<cri::ImageFsInfoResponse> {
-        rpc("ImageFsInfo", r, |req| image::fs_info(&self.rt, req)).await
+        rpc("ImageFsInfo", r, |req| image::fs_info(&self.daemon, req)).await
     }
 }

@@ -19,8 +19,8 @@ pub fn version(_rt: &Daemon, _req: cri::VersionRequest) -> Result<cri::VersionRe
     })
 }
 
-pub fn status(rt: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusResponse> {
-    let network = rt.network.readiness();
+pub fn status(daemon: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusResponse> {
+    let network = daemon.network.readiness();
     let conditions = vec![
         cri::RuntimeCondition {
             r#type: "RuntimeReady".into(),
@@ -37,17 +37,17 @@ pub fn status(rt: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusRespons
     ];
     let mut info = HashMap::new();
     if req.verbose {
-        let net = rt.network.current().ok();
+        let net = daemon.network.current().ok();
         let v = serde_json::json!({
-            "config": rt.config,
+            "config": daemon.config,
             "cni": {
                 "network": net.as_ref().map(|n| &n.name),
                 "source": net.as_ref().map(|n| &n.source),
                 "plugins": net.as_ref().map(|n| n.plugin_types()),
-                "podCIDR": rt.network.pod_cidr(),
+                "podCIDR": daemon.network.pod_cidr(),
             },
-            "runtimeHandler": rt.sandboxes.runtime_handler_name(),
-            "shim": crate::shim::ShimManager::find_binary(&rt.config.runtime.shim_path),
+            "runtimeHandler": daemon.sandboxes.runtime_handler_name(),
+            "shim": crate::shim::ShimManager::find_binary(&daemon.config.runtime.shim_path),
         });
         info.insert("config".to_string(), v.to_string());
     }
@@ -68,10 +68,10 @@ pub fn status(rt: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusRespons
 }
 
 pub fn runtime_config(
-    rt: &Daemon,
+    daemon: &Daemon,
     _req: cri::RuntimeConfigRequest,
 ) -> Result<cri::RuntimeConfigResponse> {
-    let driver = match rt.config.cgroup.driver {
+    let driver = match daemon.config.cgroup.driver {
         CgroupDriver::Cgroupfs => cri::CgroupDriver::Cgroupfs,
         CgroupDriver::Systemd => cri::CgroupDriver::Systemd,
     };
@@ -83,7 +83,7 @@ pub fn runtime_config(
 }
 
 pub fn update_runtime_config(
-    rt: &Daemon,
+    daemon: &Daemon,
     req: cri::UpdateRuntimeConfigRequest,
 ) -> Result<cri::UpdateRuntimeConfigResponse> {
     let cidr = req
@@ -104,6 +104,6 @@ pub fn update_runtime_config(
     // Only the first CIDR (IPv4 in dual-stack) is used by the default IPAM range.
     let first = cidr.split(',').next().unwrap_or_default();
     tracing::info!(pod_cidr = first, "pod CIDR updated");
-    rt.network.set_pod_cidr(first);
+    daemon.network.set_pod_cidr(first);
     Ok(cri::UpdateRuntimeConfigResponse {})
 }

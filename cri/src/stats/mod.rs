@@ -6,6 +6,8 @@
 //! sample and the previous one of the same object, as containerd computes it.
 
 pub mod cgroup;
+#[cfg(test)]
+mod service_tests;
 
 use crate::container::ContainerService;
 use crate::sandbox::SandboxService;
@@ -74,28 +76,43 @@ pub fn parse_net_dev(text: &str) -> Vec<cri::NetworkInterfaceUsage> {
         .collect()
 }
 
-fn cgroup_paths(pid: u32) -> Option<peapod_host::cgroup::ProcCgroups> {
-    if pid == 0 {
-        return None;
-    }
-    peapod_host::cgroup::ProcCgroups::of_pid(pid).ok()
-}
-
 /// One process's cgroup figures, read once.
-#[derive(Default)]
-struct Sample {
-    usage: cgroup::Usage,
-    processes: u64,
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub usage: cgroup::Usage,
+    pub processes: u64,
 }
 
-fn sample(pid: u32) -> Sample {
-    let Some(paths) = cgroup_paths(pid) else {
-        return Sample::default();
-    };
-    let root = Path::new(CGROUP_ROOT);
-    Sample {
-        usage: cgroup::read_usage(root, &paths),
-        processes: cgroup::process_count(root, &paths).unwrap_or(0),
+/// What the stats read from the host about a process: its cgroups' figures and the
+/// interfaces of its network namespace. Behind a trait so that the stats calls are
+/// unit-tested with a fake (`crate::testing`).
+pub trait ProcessStats: Send + Sync {
+    /// The figures of the cgroups of `pid` (none for pid 0 or a process that is gone).
+    fn sample(&self, pid: u32) -> Sample;
+    /// The text of `/proc/<pid>/net/dev`.
+    fn net_dev(&self, pid: u32) -> Option<String>;
+}
+
+/// The real host: `/proc` and the cgroup mount.
+pub struct HostProcessStats;
+
+impl ProcessStats for HostProcessStats {
+    fn sample(&self, pid: u32) -> Sample {
+        if pid == 0 {
+            return Sample::default();
+        }
+        let Ok(paths) = peapod_host::cgroup::ProcCgroups::of_pid(pid) else {
+            return Sample::default();
+        };
+        let root = Path::new(CGROUP_ROOT);
+        Sample {
+            usage: cgroup::read_usage(root, &paths),
+            processes: cgroup::process_count(root, &paths).unwrap_or(0),
+        }
+    }
+
+    fn net_dev(&self, pid: u32) -> Option<String> {
+        std::fs::read_to_string(format!("/proc/{pid}/net/dev")).ok()
     }
 }
 
@@ -105,6 +122,7 @@ pub struct StatsService {
     containers: Arc<ContainerService>,
     sandboxes: Arc<SandboxService>,
     images: Arc<peapod_image::Store>,
+    host: Arc<dyn ProcessStats>,
     sampler: Sampler,
 }
 
@@ -113,11 +131,13 @@ impl StatsService {
         containers: Arc<ContainerService>,
         sandboxes: Arc<SandboxService>,
         images: Arc<peapod_image::Store>,
+        host: Arc<dyn ProcessStats>,
     ) -> StatsService {
         StatsService {
             containers,
             sandboxes,
             images,
+            host,
             sampler: Sampler::default(),
         }
     }
@@ -140,7 +160,7 @@ impl StatsService {
     async fn container_stats_of(&self, rec: &ContainerRecord) -> (cri::ContainerStats, Sample) {
         let at = timefmt::now_ns();
         let sample = if rec.state == ContainerState::Running {
-            sample(rec.pid)
+            self.host.sample(rec.pid)
         } else {
             Sample::default()
         };
@@ -210,7 +230,7 @@ impl StatsService {
         let ready = sb.state == SandboxState::Ready;
         // The pod's figures: its running containers' plus the pause container's.
         let mut total = if ready {
-            sample(sb.pause_pid)
+            self.host.sample(sb.pause_pid)
         } else {
             Sample::default()
         };
@@ -230,7 +250,7 @@ impl StatsService {
             (None, None)
         };
         let network = (ready && sb.netns.is_some())
-            .then(|| std::fs::read_to_string(format!("/proc/{}/net/dev", sb.pause_pid)).ok())
+            .then(|| self.host.net_dev(sb.pause_pid))
             .flatten()
             .map(|text| {
                 let interfaces = parse_net_dev(&text);

@@ -183,3 +183,105 @@ impl<R: Record> Records<R> {
         Entry::new(&self.root, record)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Thing {
+        id: String,
+        name: String,
+        n: u32,
+    }
+
+    impl Record for Thing {
+        const KIND: &'static str = "thing";
+        const ID_FIELD: &'static str = "thing_id";
+        fn id(&self) -> &str {
+            &self.id
+        }
+        fn name(&self) -> &str {
+            &self.name
+        }
+        fn path(root: &Path, id: &str) -> PathBuf {
+            root.join("things").join(id).join("thing.json")
+        }
+    }
+
+    fn thing(id: &str, name: &str) -> Thing {
+        Thing {
+            id: id.into(),
+            name: name.into(),
+            n: 0,
+        }
+    }
+
+    fn records(root: &Path) -> Records<Thing> {
+        std::fs::create_dir_all(root.join("things")).unwrap();
+        Records::load(root, "things").unwrap()
+    }
+
+    #[test]
+    fn updates_persist_and_a_reload_restores_records_and_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = records(dir.path());
+        let e = r.entry(thing("abc123", "one"));
+        e.update(|t| t.n = 7).unwrap();
+        r.write().names.reserve("one", "abc123", "thing").unwrap();
+        r.write().insert(e);
+
+        let again = records(dir.path());
+        assert_eq!(again.resolve("abc").unwrap().get().n, 7);
+        let err = again
+            .write()
+            .names
+            .reserve("one", "other", "thing")
+            .unwrap_err();
+        assert_eq!(err.code(), crate::error::Code::AlreadyExists);
+    }
+
+    #[test]
+    fn update_if_applies_only_when_the_predicate_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = records(dir.path());
+        let e = r.entry(thing("abc", "one"));
+        assert!(e.update_if(|t| t.n == 0, |t| t.n = 1).unwrap());
+        assert!(!e.update_if(|t| t.n == 0, |t| t.n = 2).unwrap());
+        assert_eq!(e.get().n, 1);
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_record_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = records(dir.path());
+        let e = r.entry(thing("abc", "one"));
+        // A file where the record's directory must go: the write cannot succeed.
+        std::fs::write(dir.path().join("things").join("abc"), "").unwrap();
+        assert!(e.update(|t| t.n = 5).is_err());
+        assert_eq!(e.get().n, 0);
+    }
+
+    #[test]
+    fn lookups_by_prefix_and_removal_frees_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = records(dir.path());
+        for (id, name) in [("abc1", "a"), ("abd2", "b")] {
+            r.write().names.reserve(name, id, "thing").unwrap();
+            r.write().insert(r.entry(thing(id, name)));
+        }
+        let err = r.resolve("ab").map(drop).unwrap_err();
+        assert_eq!(err.code(), crate::error::Code::InvalidArgument);
+        assert!(err.message().contains("thing_id"), "{err}");
+        assert_eq!(
+            r.resolve("zz").map(drop).unwrap_err().code(),
+            crate::error::Code::NotFound
+        );
+        assert_eq!(r.resolve("abd").unwrap().id, "abd2");
+
+        r.write().remove("abd2");
+        assert_eq!(r.all().len(), 1);
+        r.write().names.reserve("b", "new", "thing").unwrap();
+    }
+}

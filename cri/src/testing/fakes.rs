@@ -501,3 +501,40 @@ impl Images for FakeImages {
         Ok(())
     }
 }
+
+/// Fake process figures: what a test set for each pid (nothing for the others).
+#[derive(Default)]
+pub struct FakeProcessStats {
+    samples: Mutex<HashMap<u32, crate::stats::Sample>>,
+    net_dev: Mutex<HashMap<u32, String>>,
+}
+
+impl FakeProcessStats {
+    /// `pid`'s cgroups have used `cpu_ns` of CPU and `memory` bytes, with `processes` in them.
+    pub fn set(&self, pid: u32, cpu_ns: u64, memory: u64, processes: u64) {
+        let sample = crate::stats::Sample {
+            usage: crate::stats::cgroup::Usage {
+                cpu_ns: Some(cpu_ns),
+                memory_usage: Some(memory),
+                working_set: Some(memory),
+                ..Default::default()
+            },
+            processes,
+        };
+        lock(&self.samples).insert(pid, sample);
+    }
+
+    pub fn set_net_dev(&self, pid: u32, text: &str) {
+        lock(&self.net_dev).insert(pid, text.to_string());
+    }
+}
+
+impl crate::stats::ProcessStats for FakeProcessStats {
+    fn sample(&self, pid: u32) -> crate::stats::Sample {
+        lock(&self.samples).get(&pid).copied().unwrap_or_default()
+    }
+
+    fn net_dev(&self, pid: u32) -> Option<String> {
+        lock(&self.net_dev).get(&pid).cloned()
+    }
+}

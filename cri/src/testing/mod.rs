@@ -6,14 +6,23 @@ pub mod fakes;
 
 use crate::config::Config;
 use crate::daemon::{Daemon, Effects};
-use crate::server::Cri;
-use fakes::{FakeHost, FakeImages, FakeNetwork, FakeShims, Faults, IMAGE};
+use crate::server::CriService;
+use fakes::{FakeHost, FakeImages, FakeNetwork, FakeProcessStats, FakeShims, Faults, IMAGE};
 use peapod_proto::v1 as cri;
 use peapod_proto::v1::runtime_service_server::RuntimeService;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tonic::{Request, Status};
+
+/// The fakes a daemon is built on.
+type Fakes<'a> = (
+    &'a Arc<FakeShims>,
+    &'a Arc<FakeNetwork>,
+    &'a Arc<FakeHost>,
+    &'a Arc<FakeImages>,
+    &'a Arc<FakeProcessStats>,
+);
 
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -22,8 +31,9 @@ pub struct Harness {
     pub network: Arc<FakeNetwork>,
     pub host: Arc<FakeHost>,
     pub images: Arc<FakeImages>,
+    pub process_stats: Arc<FakeProcessStats>,
     pub rt: Arc<Daemon>,
-    pub cri: Cri,
+    pub cri: CriService,
 }
 
 /// Files and directories below `dir`, relative to it (empty if it does not exist).
@@ -36,30 +46,17 @@ fn entries(dir: &Path) -> BTreeSet<PathBuf> {
 impl Harness {
     pub async fn new() -> Harness {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let config = Config {
-            root: dir.path().join("root"),
-            state: dir.path().join("state"),
-            ..Config::default()
-        };
         let faults = Arc::new(Faults::default());
         let shims = Arc::new(FakeShims::new(faults.clone(), &dir.path().join("s")));
         let network = Arc::new(FakeNetwork::new(faults.clone()));
         let host = Arc::new(FakeHost::new(faults.clone()));
         let images = Arc::new(FakeImages::new(faults.clone()));
+        let process_stats = Arc::new(FakeProcessStats::default());
         let store = peapod_image::Store::open(&dir.path().join("image"), Default::default())
             .await
             .expect("an empty image store");
-        let cni = Arc::new(crate::network::Network::new(
-            &config.cni,
-            &dir.path().join("cni"),
-        ));
-        let effects = Effects {
-            shims: shims.clone(),
-            pod_network: network.clone(),
-            host: host.clone(),
-            images: images.clone(),
-        };
-        let rt = Daemon::assemble(config, store, cni, effects).expect("the core");
+        let fakes = (&shims, &network, &host, &images, &process_stats);
+        let rt = Self::daemon(dir.path(), store, fakes);
         Harness {
             dir,
             faults,
@@ -67,9 +64,46 @@ impl Harness {
             network,
             host,
             images,
-            cri: Cri::new(rt.clone(), peapod_metrics::Metrics::new().expect("metrics")),
+            process_stats,
+            cri: CriService::new(rt.clone(), peapod_metrics::Metrics::new().expect("metrics")),
             rt,
         }
+    }
+
+    fn daemon(dir: &Path, store: Arc<peapod_image::Store>, fakes: Fakes<'_>) -> Arc<Daemon> {
+        let (shims, network, host, images, process_stats) = fakes;
+        let config = Config {
+            root: dir.join("root"),
+            state: dir.join("state"),
+            ..Config::default()
+        };
+        let cni = Arc::new(crate::network::Network::new(&config.cni, &dir.join("cni")));
+        let effects = Effects {
+            shims: shims.clone(),
+            pod_network: network.clone(),
+            host: host.clone(),
+            images: images.clone(),
+            process_stats: process_stats.clone(),
+        };
+        let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
+        rt.resume();
+        rt
+    }
+
+    /// A new daemon over the same directories and the same (still running) fakes, as after
+    /// the daemon process was restarted (the image store, which locks its directory, is
+    /// handed over).
+    pub fn restart(&mut self) {
+        let fakes = (
+            &self.shims,
+            &self.network,
+            &self.host,
+            &self.images,
+            &self.process_stats,
+        );
+        let rt = Self::daemon(self.dir.path(), self.rt.images.clone(), fakes);
+        self.cri = CriService::new(rt.clone());
+        self.rt = rt;
     }
 
     pub fn pod_config(&self, name: &str) -> cri::PodSandboxConfig {
@@ -169,6 +203,16 @@ impl Harness {
     pub async fn create_container(&self, pod: &str, name: &str) -> Result<String, Status> {
         self.create_container_with(pod, self.container_config(name))
             .await
+    }
+
+    /// Creates and starts a container (both must succeed).
+    pub async fn run_container(&self, pod: &str, name: &str) -> String {
+        let id = self
+            .create_container(pod, name)
+            .await
+            .expect("CreateContainer");
+        self.start_container(&id).await.expect("StartContainer");
+        id
     }
 
     pub async fn start_container(&self, id: &str) -> Result<(), Status> {

@@ -1,5 +1,6 @@
-//! Runtime-spec builders for the pause container (app containers' specs come whole from
-//! `peapod-spec`, whose defaults the pause shares).
+//! Runtime-spec pieces for the pause container's spec (app containers' specs come whole from
+//! `peapod-spec`, whose defaults the pause shares), and the one writer of a bundle's
+//! config.json.
 
 use crate::error::{Error, Result};
 use oci_spec::runtime::{
@@ -9,6 +10,14 @@ use std::path::Path;
 
 /// The runtime-spec version peapod writes (the same as for app containers).
 pub use peapod_spec::OCI_VERSION;
+
+/// Writes `bundle/config.json` with peapod-spec's serialization, which sorts the capability
+/// sets so that a spec always serializes alike.
+pub fn write_config(bundle: &Path, spec: &oci_spec::runtime::Spec) -> Result<()> {
+    let path = bundle.join("config.json");
+    let bytes = peapod_spec::spec_json(spec)?;
+    std::fs::write(&path, bytes).map_err(|e| Error::path("write", &path, e))
+}
 
 pub fn spec_err(e: oci_spec::OciSpecError) -> Error {
     Error::internal(format!("runtime spec: {e}"))

@@ -15,11 +15,11 @@ fn streaming_err(e: peapod_streaming::Error) -> Error {
 }
 
 pub async fn exec_sync(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::ExecSyncRequest,
 ) -> Result<cri::ExecSyncResponse> {
     super::required("container_id", &req.container_id)?;
-    let out = rt
+    let out = daemon
         .exec
         .exec_sync(&req.container_id, req.cmd, req.timeout)
         .await?;
@@ -30,10 +30,10 @@ pub async fn exec_sync(
     })
 }
 
-pub async fn exec(rt: &Arc<Daemon>, req: cri::ExecRequest) -> Result<cri::ExecResponse> {
+pub async fn exec(daemon: &Arc<Daemon>, req: cri::ExecRequest) -> Result<cri::ExecResponse> {
     super::required("container_id", &req.container_id)?;
-    let rec = rt.exec.running_container(&req.container_id)?;
-    let url = rt
+    let rec = daemon.exec.running_container(&req.container_id)?;
+    let url = daemon
         .streaming()?
         .exec_url(peapod_streaming::ExecRequest {
             container_id: rec.id,
@@ -47,9 +47,9 @@ pub async fn exec(rt: &Arc<Daemon>, req: cri::ExecRequest) -> Result<cri::ExecRe
     Ok(cri::ExecResponse { url })
 }
 
-pub async fn attach(rt: &Arc<Daemon>, req: cri::AttachRequest) -> Result<cri::AttachResponse> {
+pub async fn attach(daemon: &Arc<Daemon>, req: cri::AttachRequest) -> Result<cri::AttachResponse> {
     super::required("container_id", &req.container_id)?;
-    let rec = rt.exec.running_container(&req.container_id)?;
+    let rec = daemon.exec.running_container(&req.container_id)?;
     if req.stdin && !rec.config.stdin {
         return Err(Error::invalid(
             "stdin: the container was not created with stdin (config.stdin)",
@@ -61,7 +61,7 @@ pub async fn attach(rt: &Arc<Daemon>, req: cri::AttachRequest) -> Result<cri::At
             rec.config.tty
         )));
     }
-    let url = rt
+    let url = daemon
         .streaming()?
         .attach_url(peapod_streaming::AttachRequest {
             container_id: rec.id,
@@ -75,18 +75,18 @@ pub async fn attach(rt: &Arc<Daemon>, req: cri::AttachRequest) -> Result<cri::At
 }
 
 pub async fn port_forward(
-    rt: &Arc<Daemon>,
+    daemon: &Arc<Daemon>,
     req: cri::PortForwardRequest,
 ) -> Result<cri::PortForwardResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    let rec = rt.sandboxes.status(&req.pod_sandbox_id)?;
+    let rec = daemon.sandboxes.status(&req.pod_sandbox_id)?;
     if rec.state != crate::store::sandbox::SandboxState::Ready {
         return Err(Error::failed_precondition(format!(
             "pod sandbox {} is not ready",
             rec.id
         )));
     }
-    let url = rt
+    let url = daemon
         .streaming()?
         .port_forward_url(peapod_streaming::PortForwardRequest {
             sandbox_id: rec.id,

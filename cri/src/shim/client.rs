@@ -1,19 +1,14 @@
-//! Talking to the per-pod `peapod-shim`: the Task API as the daemon uses it ([`Shim`]),
-//! starting and finding a pod's shim ([`Shims`]), and their real implementations over ttrpc
-//! ([`ShimClient`], [`ShimManager`]). The lifecycle code sees only the traits, so its unit
-//! tests run against fakes (`crate::testing`).
+//! The ttrpc client of one shim: the Task API calls and peapod's extension.
 
+use super::{ExecIo, Exit, ProcessState, Shim};
 use crate::error::{Code, Error, Result};
-use crate::ids;
 use async_trait::async_trait;
 use containerd_shim_protos::api;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::{Message, MessageField};
 use containerd_shim_protos::shim_async::{Client, TaskClient};
 use peapod_shim::protocol::{self, CreateOptions};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use ttrpc::context::{self, Context};
 
@@ -45,67 +40,6 @@ fn map_err(what: &str, err: ttrpc::Error) -> Error {
     Error::new(code, format!("{prefix}{what}: {message}")).with_cause(err)
 }
 
-/// One pod's shim: the calls of the Task API the daemon makes. `exec_id` is empty for a
-/// container's own process.
-#[async_trait]
-pub trait Shim: Send + Sync {
-    /// Creates a container (its pid); with `options.start` it is started too.
-    async fn create(
-        &self,
-        id: &str,
-        bundle: &Path,
-        terminal: bool,
-        options: &CreateOptions,
-    ) -> Result<u32>;
-    async fn start(&self, id: &str, exec_id: &str) -> Result<u32>;
-    async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()>;
-    async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit>;
-    /// Waits (without deadline) for the process to exit.
-    async fn wait(&self, id: &str, exec_id: &str) -> Result<Exit>;
-    async fn state(&self, id: &str, exec_id: &str) -> Result<ProcessState>;
-    /// Registers an exec'd process (started with `start(id, exec_id)`).
-    async fn exec(&self, id: &str, exec_id: &str, process_json: Vec<u8>, io: &ExecIo)
-        -> Result<()>;
-    async fn update(&self, id: &str, resources_json: Vec<u8>) -> Result<()>;
-    async fn resize(&self, id: &str, exec_id: &str, width: u32, height: u32) -> Result<()>;
-    /// peapod's extension: reopen a container's log file after rotation.
-    async fn reopen_log(&self, id: &str) -> Result<()>;
-    /// Shuts the shim down and returns once its process has exited, so that callers (and
-    /// tests) never see a shim that is still on its way out.
-    async fn shutdown_and_wait(&self) -> Result<()>;
-}
-
-/// Where an exec'd process's stdio goes (FIFO paths; empty for none).
-#[derive(Debug, Clone, Default)]
-pub struct ExecIo {
-    pub terminal: bool,
-    pub stdin: String,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// Starting pods' shims and finding them again (after a daemon restart too).
-#[async_trait]
-pub trait Shims: Send + Sync {
-    /// Starts the pod's shim, which serves once this returns.
-    async fn start(&self, sandbox_id: &str, log: &Path) -> Result<Arc<dyn Shim>>;
-    /// The pod's shim, connecting to it if this daemon has not yet.
-    async fn get(&self, sandbox_id: &str) -> Result<Arc<dyn Shim>>;
-    /// Drops the connection to a pod's shim (after it was shut down).
-    fn forget(&self, sandbox_id: &str);
-    /// The pod shim's socket.
-    fn socket_path(&self, sandbox_id: &str) -> PathBuf;
-    /// Where a container's attach socket goes.
-    fn attach_socket_path(&self, container_id: &str) -> PathBuf;
-}
-
-/// An exit as the shim reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exit {
-    pub code: u32,
-    pub at_ns: i64,
-}
-
 fn exit_of(
     status: u32,
     at: &MessageField<containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp>,
@@ -125,14 +59,6 @@ pub struct ShimClient {
     raw: Client,
     task: TaskClient,
     pub socket: PathBuf,
-}
-
-/// What `state` reports about a process.
-#[derive(Debug, Clone)]
-pub struct ProcessState {
-    pub pid: u32,
-    pub status: containerd_shim_protos::types::task::Status,
-    pub exit: Option<Exit>,
 }
 
 impl ShimClient {
@@ -398,113 +324,4 @@ async fn wait_readable(fd: std::os::fd::OwnedFd) {
         return;
     };
     let _ = afd.readable().await;
-}
-
-/// Starts shims and keeps one connection per pod.
-pub struct ShimManager {
-    binary: PathBuf,
-    runtime: String,
-    runtime_root: PathBuf,
-    socket_dir: PathBuf,
-    clients: Mutex<HashMap<String, Arc<dyn Shim>>>,
-}
-
-impl ShimManager {
-    pub fn new(
-        binary: PathBuf,
-        runtime: String,
-        runtime_root: PathBuf,
-        socket_dir: PathBuf,
-    ) -> ShimManager {
-        ShimManager {
-            binary,
-            runtime,
-            runtime_root,
-            socket_dir,
-            clients: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The shim binary: the configured path, else `peapod-shim` beside this executable, else PATH.
-    pub fn find_binary(configured: &str) -> PathBuf {
-        if !configured.is_empty() {
-            return PathBuf::from(configured);
-        }
-        std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|d| d.join("peapod-shim")))
-            .filter(|p| p.is_file())
-            .unwrap_or_else(|| PathBuf::from("peapod-shim"))
-    }
-
-    fn cache(&self, id: &str, client: ShimClient) -> Arc<dyn Shim> {
-        let client: Arc<dyn Shim> = Arc::new(client);
-        self.clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_string(), client.clone());
-        client
-    }
-}
-
-#[async_trait]
-impl Shims for ShimManager {
-    /// `peapod-shim start`, which returns once the shim serves.
-    async fn start(&self, sandbox_id: &str, log: &Path) -> Result<Arc<dyn Shim>> {
-        std::fs::create_dir_all(&self.socket_dir)
-            .map_err(|e| Error::path("create", &self.socket_dir, e))?;
-        let socket = self.socket_path(sandbox_id);
-        let output = tokio::process::Command::new(&self.binary)
-            .arg("start")
-            .args(["--id", sandbox_id])
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--runtime", &self.runtime])
-            .arg("--runtime-root")
-            .arg(&self.runtime_root)
-            .arg("--log")
-            .arg(log)
-            .kill_on_drop(true)
-            .output()
-            .await
-            .map_err(|e| Error::io(format_args!("shim: run {}", self.binary.display()), e))?;
-        if !output.status.success() {
-            return Err(Error::internal(format!(
-                "shim: starting the shim failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
-        let client = ShimClient::connect(&socket).await?;
-        Ok(self.cache(sandbox_id, client))
-    }
-
-    async fn get(&self, sandbox_id: &str) -> Result<Arc<dyn Shim>> {
-        if let Some(c) = self
-            .clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(sandbox_id)
-        {
-            return Ok(c.clone());
-        }
-        let client = ShimClient::connect(&self.socket_path(sandbox_id)).await?;
-        Ok(self.cache(sandbox_id, client))
-    }
-
-    fn forget(&self, sandbox_id: &str) {
-        self.clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(sandbox_id);
-    }
-
-    /// Short, so that it fits a unix socket address.
-    fn socket_path(&self, sandbox_id: &str) -> PathBuf {
-        self.socket_dir.join(ids::short(sandbox_id))
-    }
-
-    fn attach_socket_path(&self, container_id: &str) -> PathBuf {
-        self.socket_dir
-            .join(format!("{}.a", ids::short(container_id)))
-    }
 }

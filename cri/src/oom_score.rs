@@ -1,4 +1,5 @@
-//! oom_score_adj without CAP_SYS_RESOURCE.
+//! The oom_score_adj the daemon may give a container: without CAP_SYS_RESOURCE, none below
+//! its own.
 //!
 //! Lowering an oom_score_adj below the current value needs CAP_SYS_RESOURCE. Without it the
 //! runtime would fail to start the container, so, as containerd's `restrict_oom_score_adj`

@@ -163,8 +163,7 @@ async fn remove_fails_while_the_shim_cannot_be_stopped_and_keeps_the_record() {
 async fn stop_and_remove_take_the_pods_containers_with_them() {
     let h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    let c = h.create_container(&pod, "app").await.unwrap();
-    h.start_container(&c).await.unwrap();
+    let c = h.run_container(&pod, "app").await;
 
     h.stop_pod(&pod).await.unwrap();
     assert_eq!(
@@ -173,4 +172,36 @@ async fn stop_and_remove_take_the_pods_containers_with_them() {
     );
     h.remove_pod(&pod).await.unwrap();
     h.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_pause_that_cannot_be_killed_fails_stop_and_keeps_the_pod_ready() {
+    let h = Harness::new().await;
+    let id = h.run_pod("web").await.unwrap();
+    h.faults.fail("shim.kill");
+    let err = h.stop_pod(&id).await.unwrap_err();
+    assert!(err.message().contains("shim.kill"), "{err:?}");
+    assert_eq!(h.pod_state(&id).await, PodSandboxState::SandboxReady);
+    assert!(h.network.attached().contains(&id), "nothing torn down yet");
+
+    h.faults.heal("shim.kill");
+    h.stop_pod(&id).await.expect("the retry");
+    assert_eq!(h.pod_state(&id).await, PodSandboxState::SandboxNotready);
+    h.remove_pod(&id).await.unwrap();
+    h.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn remove_after_a_lost_shim_still_cleans_up() {
+    let h = Harness::new().await;
+    let id = h.run_pod("web").await.unwrap();
+    // The shim is unreachable (gone, or its socket removed): what the daemon holds is still
+    // removed, and the pod with it.
+    h.faults.fail("shim.get");
+    h.remove_pod(&id).await.expect("RemovePodSandbox");
+    assert!(h.pods().await.is_empty());
+    assert!(h.network.attached().is_empty());
+    assert!(h.host.pinned().is_empty());
+    assert!(h.host.mounts().is_empty());
+    assert!(h.object_dirs().is_empty());
 }

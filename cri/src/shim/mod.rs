@@ -1,0 +1,85 @@
+//! Talking to the per-pod `peapod-shim`: the Task API as the daemon uses it ([`Shim`]),
+//! starting and finding a pod's shim ([`Shims`]), and their real implementations over ttrpc
+//! (`client`: [`ShimClient`], `manager`: [`ShimManager`]). The lifecycle code sees only the
+//! traits, so its unit tests run against fakes (`crate::testing`).
+
+mod client;
+mod manager;
+
+pub use client::ShimClient;
+pub use manager::ShimManager;
+
+use crate::error::Result;
+use async_trait::async_trait;
+use peapod_shim::protocol::CreateOptions;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One pod's shim: the calls of the Task API the daemon makes. `exec_id` is empty for a
+/// container's own process.
+#[async_trait]
+pub trait Shim: Send + Sync {
+    /// Creates a container (its pid); with `options.start` it is started too.
+    async fn create(
+        &self,
+        id: &str,
+        bundle: &Path,
+        terminal: bool,
+        options: &CreateOptions,
+    ) -> Result<u32>;
+    async fn start(&self, id: &str, exec_id: &str) -> Result<u32>;
+    async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()>;
+    async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit>;
+    /// Waits (without deadline) for the process to exit.
+    async fn wait(&self, id: &str, exec_id: &str) -> Result<Exit>;
+    async fn state(&self, id: &str, exec_id: &str) -> Result<ProcessState>;
+    /// Registers an exec'd process (started with `start(id, exec_id)`).
+    async fn exec(&self, id: &str, exec_id: &str, process_json: Vec<u8>, io: &ExecIo)
+        -> Result<()>;
+    async fn update(&self, id: &str, resources_json: Vec<u8>) -> Result<()>;
+    async fn resize(&self, id: &str, exec_id: &str, width: u32, height: u32) -> Result<()>;
+    /// peapod's extension: reopen a container's log file after rotation.
+    async fn reopen_log(&self, id: &str) -> Result<()>;
+    /// Shuts the shim down and returns once its process has exited, so that callers (and
+    /// tests) never see a shim that is still on its way out.
+    async fn shutdown_and_wait(&self) -> Result<()>;
+}
+
+/// Where an exec'd process's stdio goes (FIFO paths; empty for none).
+#[derive(Debug, Clone, Default)]
+pub struct ExecIo {
+    pub terminal: bool,
+    pub stdin: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Starting pods' shims and finding them again (after a daemon restart too).
+#[async_trait]
+pub trait Shims: Send + Sync {
+    /// Starts the pod's shim, which serves once this returns.
+    async fn start(&self, sandbox_id: &str, log: &Path) -> Result<Arc<dyn Shim>>;
+    /// The pod's shim, connecting to it if this daemon has not yet.
+    async fn get(&self, sandbox_id: &str) -> Result<Arc<dyn Shim>>;
+    /// Drops the connection to a pod's shim (after it was shut down).
+    fn forget(&self, sandbox_id: &str);
+    /// The pod shim's socket.
+    fn socket_path(&self, sandbox_id: &str) -> PathBuf;
+    /// Where a container's attach socket goes.
+    fn attach_socket_path(&self, container_id: &str) -> PathBuf;
+}
+
+/// An exit as the shim reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    pub code: u32,
+    pub at_ns: i64,
+}
+
+/// What `state` reports about a process.
+#[derive(Debug, Clone)]
+pub struct ProcessState {
+    pub pid: u32,
+    pub status: containerd_shim_protos::types::task::Status,
+    pub exit: Option<Exit>,
+}
