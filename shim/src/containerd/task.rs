@@ -389,3 +389,7 @@ impl Task for ContainerdTask {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "task_tests.rs"]
+mod tests;
