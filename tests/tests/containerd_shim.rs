@@ -428,6 +428,7 @@ async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
     )
     .await;
     let app_pid = container_pid(&mut ctd, &app).await;
+    let socket = socket_of(&shim_address(&ctd.bundle(&pod)));
     let shims = ctd.shims();
     assert_eq!(shims.len(), 1, "{shims:?}");
     // SAFETY: kill has no memory-safety preconditions.
@@ -455,6 +456,11 @@ async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
         log.contains("cleaning up after shim disconnected")
             && !log.contains("failed to clean up after shim disconnected"),
         "containerd did not clean up after the shim:\n{log}"
+    );
+    assert!(
+        !socket.exists(),
+        "the dead shim's socket {} was not removed",
+        socket.display()
     );
     let stat = std::fs::read_to_string(format!("/proc/{app_pid}/stat")).unwrap_or_default();
     assert!(
