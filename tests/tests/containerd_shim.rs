@@ -283,6 +283,30 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
         "{memory:?}"
     );
 
+    // Update: new limits reach the container's cgroup through the shim and runc.
+    ctd.cri
+        .runtime
+        .update_container_resources(cri::UpdateContainerResourcesRequest {
+            container_id: app.clone(),
+            linux: Some(cri::LinuxContainerResources {
+                memory_limit_in_bytes: 96 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("UpdateContainerResources: {e}\n{}", ctd.log()));
+    let out = exec_sync(
+        &mut ctd,
+        &app,
+        &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"],
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (96u64 << 20).to_string()
+    );
+
     // A container that exits on its own: its exit code reaches containerd.
     let done = create_and_start(&mut ctd, &pod, &pod_config, sh("done", BUSYBOX, "exit 7")).await;
     let st = wait_state(&mut ctd, &done, cri::ContainerState::ContainerExited).await;
