@@ -389,8 +389,22 @@ async fn pods_survive_containerd_killed_and_restarted() {
         ),
     )
     .await;
+    // Writes all the time, also while containerd is down: the shim holds its FIFOs open, so
+    // the writes do not meet a FIFO without readers (SIGPIPE) meanwhile.
+    let ticker = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh(
+            "ticker",
+            BUSYBOX,
+            "i=0; while :; do i=$((i+1)); echo tick-$i; sleep 0.1; done",
+        ),
+    )
+    .await;
     wait_log(&mut ctd, &keep, "before").await;
     wait_log(&mut ctd, &quit, "ready").await;
+    wait_log(&mut ctd, &ticker, "tick-1\n").await;
     let quit_pid = container_pid(&mut ctd, &quit).await;
     let shims = ctd.shims();
     assert_eq!(shims.len(), 1, "one shim for the pod: {shims:?}");
@@ -413,12 +427,24 @@ async fn pods_survive_containerd_killed_and_restarted() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    // The ticker writes on while containerd is down.
+    let ticks_log = ctd.dir.path().join("logs/ctd-crash/ticker/0.log");
+    let ticks_before = stdout_text(&read_log(&ticks_log)).lines().count();
+    std::thread::sleep(Duration::from_millis(500));
     ctd.restart().await;
     assert_eq!(
         ctd.shims(),
         shims,
         "containerd reconnected to the same shim"
     );
+    assert_eq!(
+        status(&mut ctd, &ticker).await.state,
+        cri::ContainerState::ContainerRunning as i32,
+        "the ticker died while containerd was down"
+    );
+    // Its output flows into the log again, through the restarted containerd.
+    let next = format!("tick-{}\n", ticks_before + 20);
+    wait_log(&mut ctd, &ticker, &next).await;
     assert_eq!(
         status(&mut ctd, &keep).await.state,
         cri::ContainerState::ContainerRunning as i32
@@ -432,7 +458,7 @@ async fn pods_survive_containerd_killed_and_restarted() {
     let out = exec_sync(&mut ctd, &keep, &["echo", "after"]).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "after\n");
 
-    for id in [&keep, &quit] {
+    for id in [&keep, &quit, &ticker] {
         remove_container(&mut ctd, id).await;
     }
     remove_pod(&mut ctd, &pod).await;

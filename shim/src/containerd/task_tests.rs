@@ -206,3 +206,20 @@ async fn checkpoints_and_duplicates_are_refused_clearly() {
         ttrpc::Code::INVALID_ARGUMENT
     );
 }
+
+#[tokio::test]
+async fn state_reports_the_stdio_paths_containerd_reattaches_to() {
+    let f = fixture();
+    let out = f.dir.path().join("out");
+    std::fs::write(&out, "").unwrap();
+    let mut req = f.create_request("c1");
+    req.stdout = out.display().to_string();
+    req.stderr = out.display().to_string();
+    f.task.create(&ctx(), req).await.unwrap();
+    let mut state = api::StateRequest::new();
+    state.id = "c1".into();
+    let resp = f.task.state(&ctx(), state).await.unwrap();
+    assert_eq!(resp.stdout, out.display().to_string());
+    assert_eq!(resp.stderr, out.display().to_string());
+    assert_eq!(resp.stdin, "");
+}
