@@ -80,8 +80,9 @@ impl Containerd {
         let slot = Slot::acquire();
         let n = slot.n;
         // Short: containerd's bundles and sockets live under it.
+        // Named after the slot, so that scripts/clean-test-leftovers finds its cgroups too.
         let dir = tempfile::Builder::new()
-            .prefix("ctd")
+            .prefix(&format!("ctd{n}-"))
             .tempdir_in("/tmp")
             .expect("tempdir");
         let bridge = format!("ctd{n}");

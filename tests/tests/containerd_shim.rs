@@ -283,6 +283,30 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
         "{memory:?}"
     );
 
+    // Update: new limits reach the container's cgroup through the shim and runc.
+    ctd.cri
+        .runtime
+        .update_container_resources(cri::UpdateContainerResourcesRequest {
+            container_id: app.clone(),
+            linux: Some(cri::LinuxContainerResources {
+                memory_limit_in_bytes: 96 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("UpdateContainerResources: {e}\n{}", ctd.log()));
+    let out = exec_sync(
+        &mut ctd,
+        &app,
+        &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"],
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (96u64 << 20).to_string()
+    );
+
     // A container that exits on its own: its exit code reaches containerd.
     let done = create_and_start(&mut ctd, &pod, &pod_config, sh("done", BUSYBOX, "exit 7")).await;
     let st = wait_state(&mut ctd, &done, cri::ContainerState::ContainerExited).await;
@@ -365,8 +389,22 @@ async fn pods_survive_containerd_killed_and_restarted() {
         ),
     )
     .await;
+    // Writes all the time, also while containerd is down: the shim holds its FIFOs open, so
+    // the writes do not meet a FIFO without readers (SIGPIPE) meanwhile.
+    let ticker = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh(
+            "ticker",
+            BUSYBOX,
+            "i=0; while :; do i=$((i+1)); echo tick-$i; sleep 0.1; done",
+        ),
+    )
+    .await;
     wait_log(&mut ctd, &keep, "before").await;
     wait_log(&mut ctd, &quit, "ready").await;
+    wait_log(&mut ctd, &ticker, "tick-1\n").await;
     let quit_pid = container_pid(&mut ctd, &quit).await;
     let shims = ctd.shims();
     assert_eq!(shims.len(), 1, "one shim for the pod: {shims:?}");
@@ -389,12 +427,24 @@ async fn pods_survive_containerd_killed_and_restarted() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    // The ticker writes on while containerd is down.
+    let ticks_log = ctd.dir.path().join("logs/ctd-crash/ticker/0.log");
+    let ticks_before = stdout_text(&read_log(&ticks_log)).lines().count();
+    std::thread::sleep(Duration::from_millis(500));
     ctd.restart().await;
     assert_eq!(
         ctd.shims(),
         shims,
         "containerd reconnected to the same shim"
     );
+    assert_eq!(
+        status(&mut ctd, &ticker).await.state,
+        cri::ContainerState::ContainerRunning as i32,
+        "the ticker died while containerd was down"
+    );
+    // Its output flows into the log again, through the restarted containerd.
+    let next = format!("tick-{}\n", ticks_before + 20);
+    wait_log(&mut ctd, &ticker, &next).await;
     assert_eq!(
         status(&mut ctd, &keep).await.state,
         cri::ContainerState::ContainerRunning as i32
@@ -408,7 +458,7 @@ async fn pods_survive_containerd_killed_and_restarted() {
     let out = exec_sync(&mut ctd, &keep, &["echo", "after"]).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "after\n");
 
-    for id in [&keep, &quit] {
+    for id in [&keep, &quit, &ticker] {
         remove_container(&mut ctd, id).await;
     }
     remove_pod(&mut ctd, &pod).await;
@@ -428,6 +478,7 @@ async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
     )
     .await;
     let app_pid = container_pid(&mut ctd, &app).await;
+    let socket = socket_of(&shim_address(&ctd.bundle(&pod)));
     let shims = ctd.shims();
     assert_eq!(shims.len(), 1, "{shims:?}");
     // SAFETY: kill has no memory-safety preconditions.
@@ -455,6 +506,11 @@ async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
         log.contains("cleaning up after shim disconnected")
             && !log.contains("failed to clean up after shim disconnected"),
         "containerd did not clean up after the shim:\n{log}"
+    );
+    assert!(
+        !socket.exists(),
+        "the dead shim's socket {} was not removed",
+        socket.display()
     );
     let stat = std::fs::read_to_string(format!("/proc/{app_pid}/stat")).unwrap_or_default();
     assert!(
@@ -653,6 +709,313 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
             "shims still running: {:?}",
             ctd.shims()
         );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
+
+/// A root filesystem of busybox-static (the applets the test runs) in `dir`.
+fn busybox_rootfs(dir: &Path) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("create rootfs/bin");
+    for d in ["proc", "dev", "tmp"] {
+        std::fs::create_dir_all(dir.join(d)).expect("create rootfs dir");
+    }
+    std::fs::copy("/bin/busybox", bin.join("busybox")).expect("copy busybox-static");
+    for applet in ["sh", "echo", "sleep", "cat"] {
+        std::os::unix::fs::symlink("busybox", bin.join(applet)).expect("link applet");
+    }
+}
+
+/// An OCI runtime spec for a container whose root is the bundle's `rootfs`.
+fn runtime_spec(args: &[&str], cgroups_path: &str) -> serde_json::Value {
+    serde_json::json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "args": args,
+            "env": ["PATH=/bin"],
+            "cwd": "/",
+            "user": {"uid": 0, "gid": 0},
+            "capabilities": {
+                "bounding": ["CAP_KILL"], "effective": ["CAP_KILL"], "permitted": ["CAP_KILL"]
+            },
+            "noNewPrivileges": true
+        },
+        "root": {"path": "rootfs"},
+        "hostname": "client",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]}
+        ],
+        "linux": {
+            "cgroupsPath": cgroups_path,
+            "namespaces": [
+                {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "network"}
+            ]
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_containerd_client_crate_drives_the_peapod_runtime() {
+    use containerd_client::services::v1::{
+        container::Runtime, Container, CreateContainerRequest, CreateNamespaceRequest,
+        CreateTaskRequest, DeleteContainerRequest, DeleteProcessRequest, DeleteTaskRequest,
+        ExecProcessRequest, KillRequest, Namespace, StartRequest, SubscribeRequest, WaitRequest,
+    };
+    use containerd_client::{events::TaskExit, types::Mount, with_namespace};
+    use prost::Message;
+    use tonic::Request;
+    const NS: &str = "peapod-client";
+    const ID: &str = "client1";
+
+    let ctd = Containerd::start("peapod").await;
+    let client = containerd_client::Client::from_path(&ctd.socket)
+        .await
+        .expect("connect to containerd");
+    // containerd's event stream, from before the first task. containerd answers Subscribe
+    // only with the first event, so the subscription runs on its own and is known to be
+    // live once a namespace created for the purpose shows up on it.
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut events = client.events();
+    tokio::spawn(async move {
+        let Ok(stream) = events.subscribe(SubscribeRequest::default()).await else {
+            return;
+        };
+        let mut stream = stream.into_inner();
+        while let Ok(Some(envelope)) = stream.message().await {
+            if events_tx.send(envelope).is_err() {
+                break;
+            }
+        }
+    });
+    let mut n = 0;
+    'subscribed: loop {
+        n += 1;
+        client
+            .namespaces()
+            .create(with_namespace!(
+                CreateNamespaceRequest {
+                    namespace: Some(Namespace {
+                        name: format!("sync-{n}"),
+                        ..Default::default()
+                    }),
+                },
+                NS
+            ))
+            .await
+            .expect("create a namespace");
+        let deadline = Instant::now() + Duration::from_millis(200);
+        while let Ok(Some(envelope)) =
+            tokio::time::timeout_at(deadline.into(), events_rx.recv()).await
+        {
+            if envelope.topic == "/namespaces/create" {
+                break 'subscribed;
+            }
+        }
+        assert!(n < 300, "containerd's event stream shows nothing");
+    }
+
+    let dir = ctd.dir.path().join("client");
+    let rootfs = dir.join("rootfs");
+    busybox_rootfs(&rootfs);
+    let spec = runtime_spec(
+        &["sh", "-c", "echo hello-client; exec sleep 100000"],
+        &format!("{}/{ID}", ctd.cgroup_parent),
+    );
+    let container = Container {
+        id: ID.into(),
+        image: "none".into(),
+        runtime: Some(Runtime {
+            name: "io.containerd.peapod.v2".into(),
+            options: None,
+        }),
+        spec: Some(prost_types::Any {
+            type_url: "types.containerd.io/opencontainers/runtime-spec/1/Spec".into(),
+            value: spec.to_string().into_bytes(),
+        }),
+        ..Default::default()
+    };
+    client
+        .containers()
+        .create(with_namespace!(
+            CreateContainerRequest {
+                container: Some(container)
+            },
+            NS
+        ))
+        .await
+        .expect("create container");
+
+    // The task, its root filesystem a bind mount the shim makes from the request.
+    let stdout = dir.join("stdout");
+    std::fs::write(&stdout, "").expect("create stdout file");
+    let mut tasks = client.tasks();
+    let created = tasks
+        .create(with_namespace!(
+            CreateTaskRequest {
+                container_id: ID.into(),
+                rootfs: vec![Mount {
+                    r#type: "bind".into(),
+                    source: rootfs.display().to_string(),
+                    options: vec!["rbind".into(), "rw".into()],
+                    ..Default::default()
+                }],
+                stdout: stdout.display().to_string(),
+                ..Default::default()
+            },
+            NS
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("create task: {e}\n{}", ctd.log()))
+        .into_inner();
+    assert!(created.pid > 0);
+    tasks
+        .start(with_namespace!(
+            StartRequest {
+                container_id: ID.into(),
+                ..Default::default()
+            },
+            NS
+        ))
+        .await
+        .expect("start task");
+    wait_file_contains(&stdout, "hello-client\n").await;
+
+    // Exec: its exit status through Wait.
+    let exec_out = dir.join("exec-stdout");
+    std::fs::write(&exec_out, "").expect("create exec stdout file");
+    let process = serde_json::json!({
+        "args": ["sh", "-c", "echo exec-client; exit 5"], "env": ["PATH=/bin"], "cwd": "/",
+        "user": {"uid": 0, "gid": 0}
+    });
+    tasks
+        .exec(with_namespace!(
+            ExecProcessRequest {
+                container_id: ID.into(),
+                exec_id: "e1".into(),
+                stdout: exec_out.display().to_string(),
+                spec: Some(prost_types::Any {
+                    type_url: "types.containerd.io/opencontainers/runtime-spec/1/Process".into(),
+                    value: process.to_string().into_bytes(),
+                }),
+                ..Default::default()
+            },
+            NS
+        ))
+        .await
+        .expect("exec");
+    tasks
+        .start(with_namespace!(
+            StartRequest {
+                container_id: ID.into(),
+                exec_id: "e1".into(),
+            },
+            NS
+        ))
+        .await
+        .expect("start exec");
+    let waited = tasks
+        .wait(with_namespace!(
+            WaitRequest {
+                container_id: ID.into(),
+                exec_id: "e1".into(),
+            },
+            NS
+        ))
+        .await
+        .expect("wait exec")
+        .into_inner();
+    assert_eq!(waited.exit_status, 5);
+    assert_eq!(std::fs::read_to_string(&exec_out).unwrap(), "exec-client\n");
+    tasks
+        .delete_process(with_namespace!(
+            DeleteProcessRequest {
+                container_id: ID.into(),
+                exec_id: "e1".into(),
+            },
+            NS
+        ))
+        .await
+        .expect("delete exec");
+
+    // Kill, wait, delete.
+    tasks
+        .kill(with_namespace!(
+            KillRequest {
+                container_id: ID.into(),
+                signal: 9,
+                ..Default::default()
+            },
+            NS
+        ))
+        .await
+        .expect("kill");
+    let waited = tasks
+        .wait(with_namespace!(
+            WaitRequest {
+                container_id: ID.into(),
+                ..Default::default()
+            },
+            NS
+        ))
+        .await
+        .expect("wait task")
+        .into_inner();
+    assert_eq!(waited.exit_status, 137);
+    let deleted = tasks
+        .delete(with_namespace!(
+            DeleteTaskRequest {
+                container_id: ID.into()
+            },
+            NS
+        ))
+        .await
+        .expect("delete task")
+        .into_inner();
+    assert_eq!(deleted.exit_status, 137);
+    client
+        .containers()
+        .delete(with_namespace!(
+            DeleteContainerRequest { id: ID.into() },
+            NS
+        ))
+        .await
+        .expect("delete container");
+
+    // The task's events, as containerd's event stream carries them.
+    let wanted = [
+        "/tasks/create",
+        "/tasks/start",
+        "/tasks/exec-added",
+        "/tasks/exec-started",
+        "/tasks/exit",
+        "/tasks/delete",
+    ];
+    let mut seen: Vec<String> = Vec::new();
+    let mut init_exit = None;
+    while !wanted.iter().all(|t| seen.iter().any(|s| s == t)) || init_exit.is_none() {
+        let envelope = tokio::time::timeout(LIMIT, events_rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("events seen: {seen:?}"))
+            .expect("event stream");
+        if envelope.namespace != NS {
+            continue;
+        }
+        if envelope.topic == "/tasks/exit" {
+            let any = envelope.event.clone().expect("event body");
+            let exit = TaskExit::decode(any.value.as_slice()).expect("TaskExit");
+            if exit.id == ID {
+                init_exit = Some(exit.exit_status);
+            }
+        }
+        seen.push(envelope.topic);
+    }
+    assert_eq!(init_exit, Some(137));
+    // Nothing left: the shim gone, the bind mount undone.
+    let deadline = Instant::now() + LIMIT;
+    while !ctd.shims().is_empty() {
+        assert!(Instant::now() < deadline, "shim still running");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(leftovers(&ctd), Vec::<String>::new());

@@ -174,6 +174,20 @@ fn launch(flags: &Flags, bundle: &Path, group: &str, socket: &Path) -> Result<u3
     }
 }
 
+/// Removes the socket (and its lock) named in the bundle's `address` once nothing serves it:
+/// a shim that was killed could not remove it itself. A live shim's socket is left alone.
+fn remove_dead_socket(bundle: &Path) {
+    let Ok(address) = std::fs::read_to_string(bundle.join("address")) else {
+        return;
+    };
+    let socket = PathBuf::from(address.trim().trim_start_matches("unix://"));
+    if !socket.starts_with(SOCKET_DIR) || answers(&socket) {
+        return;
+    }
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(socket.with_extension("lock"));
+}
+
 /// `delete`: the shim of this container is gone; removes the container from the runtime and
 /// its root filesystem mount, and answers a DeleteResponse on stdout with the exit the shim
 /// recorded, if it lived to record one.
@@ -199,6 +213,7 @@ pub fn delete(flags: &Flags) -> Result<(), String> {
     if let Err(err) = mounts::unmount_rootfs(&bundle) {
         eprintln!("{PROGRAM}: {err}");
     }
+    remove_dead_socket(&bundle);
     let mut resp = DeleteResponse::new();
     let mut ts = Timestamp::new();
     match ExitRecord::read(&bundle.join("exit")).ok().flatten() {

@@ -79,10 +79,11 @@ async fn run(flags: &Flags, socket: &Path) -> Result<(), String> {
         _ = shutdown.notified() => {}
         _ = term.recv() => {}
     }
-    // Let the Shutdown reply reach containerd before the socket goes away.
+    // Let the Shutdown reply reach containerd, then take the socket away first: a `start`
+    // for this pod from now on must launch a new shim, not find this one leaving.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let _ = server.shutdown().await;
     let _ = std::fs::remove_file(socket);
     let _ = std::fs::remove_file(socket.with_extension("lock"));
+    let _ = server.shutdown().await;
     Ok(())
 }

@@ -1,17 +1,19 @@
-//! Stats of a container as containerd's cgroup v1 `Metrics` (type `io.containerd.cgroups.v1.
-//! Metrics`, which the CRI plugin decodes for ContainerStats), read from the cgroups of the
-//! container's init process.
+//! Stats of a container as containerd's cgroup `Metrics` (types `io.containerd.cgroups.v1.
+//! Metrics` and, on a unified hierarchy, `io.containerd.cgroups.v2.Metrics`, which the CRI plugin
+//! decodes for ContainerStats), read from the cgroups of the container's init process.
 
 use containerd_shim_protos::cgroups::metrics::{
     CPUStat, CPUUsage, MemoryEntry, MemoryStat, Metrics, PidsStat, Throttle,
 };
+use containerd_shim_protos::cgroups_v2::metrics as v2;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::{Message, MessageField};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// The type URL containerd registers the cgroup v1 metrics under.
+/// The type URLs containerd registers the cgroup metrics under.
 pub const METRICS_V1_TYPE_URL: &str = "io.containerd.cgroups.v1.Metrics";
+pub const METRICS_V2_TYPE_URL: &str = "io.containerd.cgroups.v2.Metrics";
 
 /// Nanoseconds per USER_HZ tick (cpuacct.stat counts ticks of 1/100 s on Linux).
 const NS_PER_TICK: u64 = 10_000_000;
@@ -133,13 +135,91 @@ pub fn metrics(pid: u32, root: &Path) -> std::io::Result<Metrics> {
     Ok(m)
 }
 
-/// [`metrics`] as the Any of a StatsResponse.
+/// The metrics of `pid`'s cgroup as the Any of a StatsResponse: v2 when `root` is a unified
+/// hierarchy, v1 otherwise.
 pub fn metrics_any(pid: u32, root: &Path) -> std::io::Result<Any> {
-    let m = metrics(pid, root)?;
     let mut any = Any::new();
-    any.type_url = METRICS_V1_TYPE_URL.to_string();
-    any.value = m.write_to_bytes().map_err(std::io::Error::other)?;
+    if root.join("cgroup.controllers").exists() {
+        let dir = unified_dir(pid, root)?;
+        any.type_url = METRICS_V2_TYPE_URL.to_string();
+        any.value = metrics_v2(&dir)
+            .write_to_bytes()
+            .map_err(std::io::Error::other)?;
+    } else {
+        any.type_url = METRICS_V1_TYPE_URL.to_string();
+        any.value = metrics(pid, root)?
+            .write_to_bytes()
+            .map_err(std::io::Error::other)?;
+    }
     Ok(any)
+}
+
+/// `pid`'s cgroup directory in the unified hierarchy at `root` (the `0::PATH` line).
+fn unified_dir(pid: u32, root: &Path) -> std::io::Result<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|path| root.join(path.trim_start_matches('/')))
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("process {pid} is in no unified cgroup"),
+            )
+        })
+}
+
+/// A cgroup v2 limit file: a number, or "max" (reported as u64::MAX, as containerd does).
+fn read_limit(dir: &Path, file: &str) -> u64 {
+    match std::fs::read_to_string(dir.join(file)) {
+        Ok(s) if s.trim() == "max" => u64::MAX,
+        Ok(s) => s.trim().parse().unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+/// The cgroup v2 metrics of the cgroup directory `dir`.
+pub fn metrics_v2(dir: &Path) -> v2::Metrics {
+    let mut m = v2::Metrics::new();
+    let stat = read_keyed(dir, "memory.stat");
+    let get = |k: &str| stat.get(k).copied().unwrap_or(0);
+    let mut mem = v2::MemoryStat::new();
+    mem.anon = get("anon");
+    mem.file = get("file");
+    mem.kernel_stack = get("kernel_stack");
+    mem.slab = get("slab");
+    mem.sock = get("sock");
+    mem.shmem = get("shmem");
+    mem.file_mapped = get("file_mapped");
+    mem.file_dirty = get("file_dirty");
+    mem.file_writeback = get("file_writeback");
+    mem.inactive_anon = get("inactive_anon");
+    mem.active_anon = get("active_anon");
+    mem.inactive_file = get("inactive_file");
+    mem.active_file = get("active_file");
+    mem.unevictable = get("unevictable");
+    mem.pgfault = get("pgfault");
+    mem.pgmajfault = get("pgmajfault");
+    mem.usage = read_u64(dir, "memory.current");
+    mem.usage_limit = read_limit(dir, "memory.max");
+    mem.max_usage = read_u64(dir, "memory.peak");
+    mem.swap_usage = read_u64(dir, "memory.swap.current");
+    mem.swap_limit = read_limit(dir, "memory.swap.max");
+    m.memory = MessageField::some(mem);
+    let cpu_stat = read_keyed(dir, "cpu.stat");
+    let get = |k: &str| cpu_stat.get(k).copied().unwrap_or(0);
+    let mut cpu = v2::CPUStat::new();
+    cpu.usage_usec = get("usage_usec");
+    cpu.user_usec = get("user_usec");
+    cpu.system_usec = get("system_usec");
+    cpu.nr_periods = get("nr_periods");
+    cpu.nr_throttled = get("nr_throttled");
+    cpu.throttled_usec = get("throttled_usec");
+    m.cpu = MessageField::some(cpu);
+    let mut pids = v2::PidsStat::new();
+    pids.current = read_u64(dir, "pids.current");
+    pids.limit = read_u64(dir, "pids.max");
+    m.pids = MessageField::some(pids);
+    m
 }
 
 #[cfg(test)]
@@ -160,5 +240,33 @@ mod tests {
         let m = metrics(std::process::id(), root).unwrap();
         assert!(m.memory.usage.usage > 0, "{m:?}");
         assert!(m.cpu.usage.total > 0, "{m:?}");
+    }
+
+    #[test]
+    fn reads_a_unified_cgroup_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let write = |f: &str, s: &str| std::fs::write(d.join(f), s).unwrap();
+        write("memory.current", "1048576\n");
+        write("memory.max", "max\n");
+        write("memory.stat", "anon 4096\nfile 8192\ninactive_file 1024\n");
+        write(
+            "cpu.stat",
+            "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n",
+        );
+        write("pids.current", "3\n");
+        write("pids.max", "max\n");
+        let m = metrics_v2(d);
+        assert_eq!(m.memory.usage, 1 << 20);
+        assert_eq!(m.memory.usage_limit, u64::MAX);
+        assert_eq!(
+            (m.memory.anon, m.memory.file, m.memory.inactive_file),
+            (4096, 8192, 1024)
+        );
+        assert_eq!(
+            (m.cpu.usage_usec, m.cpu.user_usec, m.cpu.system_usec),
+            (1500, 1000, 500)
+        );
+        assert_eq!((m.pids.current, m.pids.limit), (3, 0));
     }
 }

@@ -36,6 +36,17 @@ struct Held {
     /// Read ends of the stdout/stderr FIFOs, held so that a write by the container never
     /// meets a FIFO without readers (SIGPIPE) while containerd restarts.
     _fifo_readers: Vec<OwnedFd>,
+    /// The stdio paths of the init (empty key) and of each exec, as State reports them:
+    /// containerd reattaches its readers to these FIFOs after it restarts.
+    stdio: HashMap<String, Stdio>,
+}
+
+/// The stdio paths (FIFOs or log URIs) containerd gave a process.
+#[derive(Clone, Default)]
+struct Stdio {
+    stdin: String,
+    stdout: String,
+    stderr: String,
 }
 
 pub struct ContainerdTask {
@@ -195,6 +206,14 @@ impl Task for ContainerdTask {
                 bundle: bundle.clone(),
                 mounted,
                 _fifo_readers: readers,
+                stdio: HashMap::from([(
+                    String::new(),
+                    Stdio {
+                        stdin: req.stdin.clone(),
+                        stdout: req.stdout.clone(),
+                        stderr: req.stderr.clone(),
+                    },
+                )]),
             },
         );
         let event = {
@@ -258,7 +277,18 @@ impl Task for ContainerdTask {
         ctx: &TtrpcContext,
         req: api::StateRequest,
     ) -> TtrpcResult<api::StateResponse> {
-        self.api.state(ctx, req).await
+        let (id, exec_id) = (req.id.clone(), req.exec_id.clone());
+        let mut resp = self.api.state(ctx, req).await?;
+        if let Some(stdio) = self
+            .held()
+            .get(&id)
+            .and_then(|h| h.stdio.get(&exec_id).cloned())
+        {
+            resp.stdin = stdio.stdin;
+            resp.stdout = stdio.stdout;
+            resp.stderr = stdio.stderr;
+        }
+        Ok(resp)
     }
 
     async fn delete(
@@ -277,6 +307,8 @@ impl Task for ContainerdTask {
             e.exit_status = resp.exit_status;
             e.exited_at = resp.exited_at.clone();
             self.events.publish(topics::TASK_DELETE_EVENT_TOPIC, &e);
+        } else if let Some(held) = self.held().get_mut(&req.id) {
+            held.stdio.remove(&req.exec_id);
         }
         Ok(resp)
     }
@@ -322,7 +354,15 @@ impl Task for ContainerdTask {
 
     async fn exec(&self, ctx: &TtrpcContext, req: api::ExecProcessRequest) -> TtrpcResult<Empty> {
         let (id, exec_id) = (req.id.clone(), req.exec_id.clone());
+        let stdio = Stdio {
+            stdin: req.stdin.clone(),
+            stdout: req.stdout.clone(),
+            stderr: req.stderr.clone(),
+        };
         let resp = self.api.exec(ctx, req).await?;
+        if let Some(held) = self.held().get_mut(&id) {
+            held.stdio.insert(exec_id.clone(), stdio);
+        }
         let mut e = ev::TaskExecAdded::new();
         e.container_id = id;
         e.exec_id = exec_id;
@@ -389,3 +429,7 @@ impl Task for ContainerdTask {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "task_tests.rs"]
+mod tests;

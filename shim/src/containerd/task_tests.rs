@@ -1,0 +1,225 @@
+//! The containerd face's own behaviour over the fake runtime and processes: what containerd
+//! does differently from peapod's daemon (Wait before Start, Shutdown after every Delete,
+//! runc's options in Create, Checkpoint). No root, no runc, no containerd.
+
+use super::*;
+use crate::fakes::{FakeProcesses, FakeRuntime};
+use containerd_shim_protos::protobuf::well_known_types::any::Any;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+struct Fixture {
+    task: Arc<ContainerdTask>,
+    processes: Arc<FakeProcesses>,
+    shutdown: Arc<Notify>,
+    dir: tempfile::TempDir,
+}
+
+fn fixture() -> Fixture {
+    let processes = Arc::new(FakeProcesses::default());
+    let runtime = Arc::new(FakeRuntime::new(processes.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let shutdown = Arc::new(Notify::new());
+    let tasks = Arc::new(TaskService::new(
+        runtime,
+        processes.clone(),
+        dir.path().to_path_buf(),
+        shutdown.clone(),
+    ));
+    Fixture {
+        task: Arc::new(ContainerdTask::new(
+            tasks,
+            Publisher::start(None, "ns".into()),
+        )),
+        processes,
+        shutdown,
+        dir,
+    }
+}
+
+fn ctx() -> TtrpcContext {
+    TtrpcContext::default()
+}
+
+fn code<T: std::fmt::Debug>(r: TtrpcResult<T>) -> ttrpc::Code {
+    match r.unwrap_err() {
+        ttrpc::Error::RpcStatus(s) => s.code(),
+        other => panic!("not a status: {other:?}"),
+    }
+}
+
+impl Fixture {
+    /// A create request as containerd sends it: no rootfs mounts (the bundle has its rootfs),
+    /// no stdio, runc's options.
+    fn create_request(&self, id: &str) -> api::CreateTaskRequest {
+        let bundle = self.dir.path().join(id);
+        std::fs::create_dir_all(&bundle).unwrap();
+        let mut req = api::CreateTaskRequest::new();
+        req.id = id.to_string();
+        req.bundle = bundle.to_string_lossy().into_owned();
+        let mut options = Any::new();
+        options.type_url = "containerd.runc.v1.Options".into();
+        req.options = MessageField::some(options);
+        req
+    }
+
+    async fn running(&self, id: &str) -> u32 {
+        let created = self.task.create(&ctx(), self.create_request(id)).await;
+        let pid = created.unwrap().pid;
+        let mut start = api::StartRequest::new();
+        start.id = id.to_string();
+        self.task.start(&ctx(), start).await.unwrap();
+        pid
+    }
+}
+
+#[tokio::test]
+async fn an_exec_waited_for_before_its_start_reports_its_exit() {
+    let f = fixture();
+    f.running("c1").await;
+    let mut exec = api::ExecProcessRequest::new();
+    exec.id = "c1".into();
+    exec.exec_id = "e1".into();
+    let mut spec = Any::new();
+    spec.type_url = protocol::PROCESS_TYPE_URL.into();
+    spec.value = br#"{"args":["true"],"cwd":"/"}"#.to_vec();
+    exec.spec = MessageField::some(spec);
+    f.task.exec(&ctx(), exec).await.unwrap();
+    // containerd's order: Wait first, then Start.
+    let task = f.task.clone();
+    let waiter = tokio::spawn(async move {
+        let mut wait = api::WaitRequest::new();
+        wait.id = "c1".into();
+        wait.exec_id = "e1".into();
+        task.wait(&ctx(), wait).await
+    });
+    tokio::task::yield_now().await;
+    let mut start = api::StartRequest::new();
+    start.id = "c1".into();
+    start.exec_id = "e1".into();
+    let pid = f.task.start(&ctx(), start).await.unwrap().pid;
+    f.processes.exit(pid, 3);
+    let resp = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("Wait returns once the exec exited")
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.exit_status, 3);
+}
+
+#[tokio::test]
+async fn a_wait_on_an_exec_deleted_before_its_start_ends_with_not_found() {
+    let f = fixture();
+    f.running("c1").await;
+    let mut exec = api::ExecProcessRequest::new();
+    exec.id = "c1".into();
+    exec.exec_id = "e1".into();
+    let mut spec = Any::new();
+    spec.type_url = protocol::PROCESS_TYPE_URL.into();
+    spec.value = b"{}".to_vec();
+    exec.spec = MessageField::some(spec);
+    f.task.exec(&ctx(), exec).await.unwrap();
+    let task = f.task.clone();
+    let waiter = tokio::spawn(async move {
+        let mut wait = api::WaitRequest::new();
+        wait.id = "c1".into();
+        wait.exec_id = "e1".into();
+        task.wait(&ctx(), wait).await
+    });
+    tokio::task::yield_now().await;
+    let mut delete = api::DeleteRequest::new();
+    delete.id = "c1".into();
+    delete.exec_id = "e1".into();
+    f.task.delete(&ctx(), delete).await.unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("Wait ends once the exec is deleted")
+        .unwrap();
+    assert_eq!(code(resp), ttrpc::Code::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn shutdown_keeps_the_shim_while_the_pod_has_containers() {
+    let f = fixture();
+    let pid = f.running("c1").await;
+    let notified = f.shutdown.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    f.task
+        .shutdown(&ctx(), api::ShutdownRequest::new())
+        .await
+        .unwrap();
+    assert!(
+        futures_poll_once(notified.as_mut()).await.is_none(),
+        "the shim must not exit while c1 exists"
+    );
+    f.processes.exit(pid, 0);
+    let mut wait = api::WaitRequest::new();
+    wait.id = "c1".into();
+    f.task.wait(&ctx(), wait).await.unwrap();
+    let mut delete = api::DeleteRequest::new();
+    delete.id = "c1".into();
+    let deleted = f.task.delete(&ctx(), delete).await.unwrap();
+    assert_eq!(deleted.pid, pid);
+    f.task
+        .shutdown(&ctx(), api::ShutdownRequest::new())
+        .await
+        .unwrap();
+    assert!(futures_poll_once(notified.as_mut()).await.is_some());
+}
+
+/// Polls a future once: `Some` if it is ready.
+async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+    let mut f = f;
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}
+
+#[tokio::test]
+async fn checkpoints_and_duplicates_are_refused_clearly() {
+    let f = fixture();
+    let r = f
+        .task
+        .checkpoint(&ctx(), api::CheckpointTaskRequest::new())
+        .await;
+    assert_eq!(code(r), ttrpc::Code::UNIMPLEMENTED);
+    let mut req = f.create_request("c1");
+    req.checkpoint = "/some/checkpoint".into();
+    assert_eq!(
+        code(f.task.create(&ctx(), req).await),
+        ttrpc::Code::UNIMPLEMENTED
+    );
+    f.running("c1").await;
+    assert_eq!(
+        code(f.task.create(&ctx(), f.create_request("c1")).await),
+        ttrpc::Code::ALREADY_EXISTS
+    );
+    let mut req = f.create_request("c2");
+    req.bundle.clear();
+    assert_eq!(
+        code(f.task.create(&ctx(), req).await),
+        ttrpc::Code::INVALID_ARGUMENT
+    );
+}
+
+#[tokio::test]
+async fn state_reports_the_stdio_paths_containerd_reattaches_to() {
+    let f = fixture();
+    let out = f.dir.path().join("out");
+    std::fs::write(&out, "").unwrap();
+    let mut req = f.create_request("c1");
+    req.stdout = out.display().to_string();
+    req.stderr = out.display().to_string();
+    f.task.create(&ctx(), req).await.unwrap();
+    let mut state = api::StateRequest::new();
+    state.id = "c1".into();
+    let resp = f.task.state(&ctx(), state).await.unwrap();
+    assert_eq!(resp.stdout, out.display().to_string());
+    assert_eq!(resp.stderr, out.display().to_string());
+    assert_eq!(resp.stdin, "");
+}
