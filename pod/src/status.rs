@@ -337,8 +337,11 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
         None,
         None,
     ));
-    let done = phase == "Succeeded" || phase == "Failed";
-    if done {
+    // As the kubelet (status/generate.go): only a Succeeded pod is "Initialized: PodCompleted";
+    // a Failed pod reports its init containers as they ended (kubectl then shows Init:Error).
+    let succeeded = phase == "Succeeded";
+    let done = succeeded || phase == "Failed";
+    if succeeded {
         conditions.push(condition(
             rec,
             "Initialized",
@@ -362,7 +365,7 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
     }
     let ready = unready.is_empty() && sidecars_ready && !done;
     let (reason, message) = if done {
-        (Some("PodCompleted"), None)
+        (Some(if succeeded { "PodCompleted" } else { "PodFailed" }), None)
     } else if ready {
         (None, None)
     } else {
