@@ -414,7 +414,7 @@ impl RuntimeService for Cri {
         r: Request<cri::ListPodSandboxMetricsRequest>,
     ) -> RpcResult<cri::ListPodSandboxMetricsResponse> {
         rpc("ListPodSandboxMetrics", r, |req| {
-            std::future::ready(stats::list_pod_sandbox_metrics(&self.rt, req))
+            stats::list_pod_sandbox_metrics(&self.rt, req)
         })
         .await
     }

@@ -77,12 +77,16 @@ pub fn list_metric_descriptors(
     _rt: &Daemon,
     _req: cri::ListMetricDescriptorsRequest,
 ) -> Result<cri::ListMetricDescriptorsResponse> {
-    unimplemented("ListMetricDescriptors: CRI pod metrics")
+    Ok(cri::ListMetricDescriptorsResponse {
+        descriptors: crate::stats::cri_metrics::descriptors(),
+    })
 }
 
-pub fn list_pod_sandbox_metrics(
-    _rt: &Daemon,
+pub async fn list_pod_sandbox_metrics(
+    rt: &Daemon,
     _req: cri::ListPodSandboxMetricsRequest,
 ) -> Result<cri::ListPodSandboxMetricsResponse> {
-    unimplemented("ListPodSandboxMetrics: CRI pod metrics")
+    Ok(cri::ListPodSandboxMetricsResponse {
+        pod_metrics: rt.stats.list_pod_sandbox_metrics().await,
+    })
 }
