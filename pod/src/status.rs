@@ -365,7 +365,14 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
     }
     let ready = unready.is_empty() && sidecars_ready && !done;
     let (reason, message) = if done {
-        (Some(if succeeded { "PodCompleted" } else { "PodFailed" }), None)
+        (
+            Some(if succeeded {
+                "PodCompleted"
+            } else {
+                "PodFailed"
+            }),
+            None,
+        )
     } else if ready {
         (None, None)
     } else {

@@ -23,10 +23,12 @@ pub struct CreateContainer {
 #[derive(Default)]
 struct Made {
     rootfs: Option<PathBuf>,
+    image_volumes: Vec<crate::store::container::ImageVolume>,
     shim_task: bool,
 }
 
 fn validate(config: &ContainerConfig) -> Result<()> {
+    super::image_volumes::validate(config)?;
     let m = config
         .metadata
         .as_ref()
@@ -129,6 +131,8 @@ impl ContainerService {
                 tracing::warn!(error = %e, "removing a half-created rootfs");
             }
         }
+        // Failures are logged inside; nothing more to do with them on this path.
+        let _ = self.release_image_volumes(&made.image_volumes).await;
         remove_dir(&self.paths.container_state_dir(id));
         remove_dir(&self.paths.container_root_dir(id));
     }
@@ -138,7 +142,7 @@ impl ContainerService {
         id: &str,
         name: &str,
         srec: &SandboxRecord,
-        config: ContainerConfig,
+        mut config: ContainerConfig,
         made: &mut Made,
     ) -> Result<Arc<Container>> {
         let image_ref = config
@@ -163,6 +167,9 @@ impl ContainerService {
             .create_rootfs(&image.id, id, &rootfs, false)
             .await?;
         made.rootfs = Some(rootfs.clone());
+        let spec_config = self
+            .prepare_image_volumes(id, &bundle, &mut config, &mut made.image_volumes)
+            .await?;
 
         let passwd = peapod_host::rootfs::read_account_file(&rootfs, "etc/passwd")
             .map_err(|e| Error::io("read the image's /etc/passwd", e))?;
@@ -187,7 +194,7 @@ impl ContainerService {
         let host = host_facts();
         let spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
             id,
-            config: &config,
+            config: &spec_config,
             sandbox: peapod_spec::SandboxRef {
                 id: &srec.id,
                 config: &srec.config,
@@ -237,6 +244,7 @@ impl ContainerService {
             uid: user.uid,
             gid: user.gid,
             supplemental_groups: user.additional_gids.clone(),
+            image_volumes: made.image_volumes.clone(),
             config,
         };
         let entry = self.containers.entry(record);

@@ -38,6 +38,7 @@ impl ContainerService {
                 tracing::debug!(container = %rec.id, error = %e, "no shim to delete the task in")
             }
         }
+        self.release_image_volumes(&rec.image_volumes).await?;
         self.images.remove_rootfs(&rec.id, &rec.rootfs).await?;
         for dir in [
             self.paths.container_state_dir(&rec.id),

@@ -425,7 +425,7 @@ impl RuntimeService for CriService {
         r: Request<cri::ListMetricDescriptorsRequest>,
     ) -> RpcResult<cri::ListMetricDescriptorsResponse> {
         rpc("ListMetricDescriptors", r, |req| {
-            std::future::ready(unimplemented::list_metric_descriptors(&self.daemon, req))
+            std::future::ready(stats::list_metric_descriptors(&self.daemon, req))
         })
         .await
     }
@@ -434,7 +434,7 @@ impl RuntimeService for CriService {
         r: Request<cri::ListPodSandboxMetricsRequest>,
     ) -> RpcResult<cri::ListPodSandboxMetricsResponse> {
         rpc("ListPodSandboxMetrics", r, |req| {
-            std::future::ready(unimplemented::list_pod_sandbox_metrics(&self.daemon, req))
+            stats::list_pod_sandbox_metrics(&self.daemon, req)
         })
         .await
     }

@@ -22,12 +22,10 @@ pub fn version(_rt: &Daemon, _req: cri::VersionRequest) -> Result<cri::VersionRe
 pub fn status(daemon: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusResponse> {
     let network = daemon.network.readiness();
     let conditions = vec![
-        cri::RuntimeCondition {
-            r#type: "RuntimeReady".into(),
-            status: true,
-            reason: String::new(),
-            message: String::new(),
-        },
+        runtime_ready(
+            &daemon.config.runtime.path,
+            &daemon.config.runtime.shim_path,
+        ),
         cri::RuntimeCondition {
             r#type: "NetworkReady".into(),
             status: network.ready,
@@ -106,4 +104,83 @@ pub fn update_runtime_config(
     tracing::info!(pod_cidr = first, "pod CIDR updated");
     daemon.network.set_pod_cidr(first);
     Ok(cri::UpdateRuntimeConfigResponse {})
+}
+
+/// An executable file at `name` (a path) or in one of `$PATH`'s directories (a bare name).
+fn find_executable(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let is_exec = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if name.contains('/') {
+        let p = std::path::PathBuf::from(name);
+        return is_exec(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_exec(p))
+}
+
+/// RuntimeReady, checked rather than assumed: the OCI runtime CLI and the shim must be there
+/// and executable, or no container can start.
+fn runtime_ready(runtime: &str, shim_path: &str) -> cri::RuntimeCondition {
+    let shim = crate::shim::ShimManager::find_binary(shim_path);
+    let mut missing = Vec::new();
+    if find_executable(runtime).is_none() {
+        missing.push(format!("the OCI runtime {runtime:?} (runtime.path)"));
+    }
+    if find_executable(&shim.to_string_lossy()).is_none() {
+        missing.push(format!(
+            "the shim {:?} (runtime.shim_path)",
+            shim.display().to_string()
+        ));
+    }
+    if missing.is_empty() {
+        return cri::RuntimeCondition {
+            r#type: "RuntimeReady".into(),
+            status: true,
+            reason: String::new(),
+            message: String::new(),
+        };
+    }
+    cri::RuntimeCondition {
+        r#type: "RuntimeReady".into(),
+        status: false,
+        reason: "RuntimeBinaryNotFound".into(),
+        message: format!("not found or not executable: {}", missing.join("; ")),
+    }
+}
+
+#[cfg(test)]
+mod ready_tests {
+    use super::*;
+
+    #[test]
+    fn runtime_ready_needs_runtime_and_shim_executables() {
+        // /bin/sh stands for any executable.
+        let ok = runtime_ready("/bin/sh", "/bin/sh");
+        assert!(ok.status, "{ok:?}");
+        let no_runtime = runtime_ready("/nonexistent/runc", "/bin/sh");
+        assert!(!no_runtime.status);
+        assert_eq!(no_runtime.reason, "RuntimeBinaryNotFound");
+        assert!(
+            no_runtime.message.contains("runtime.path"),
+            "{}",
+            no_runtime.message
+        );
+        // A file that is not executable does not count.
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("not-executable");
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        let no_shim = runtime_ready("/bin/sh", &plain.to_string_lossy());
+        assert!(!no_shim.status);
+        assert!(
+            no_shim.message.contains("runtime.shim_path"),
+            "{}",
+            no_shim.message
+        );
+        assert!(find_executable("sh").is_some());
+        assert!(find_executable("no-such-binary-here").is_none());
+    }
 }

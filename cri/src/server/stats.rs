@@ -1,4 +1,5 @@
-//! ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats.
+//! ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats, ListMetricDescriptors,
+//! ListPodSandboxMetrics.
 
 use crate::daemon::Daemon;
 use crate::error::Result;
@@ -43,5 +44,23 @@ pub async fn list_pod_sandbox_stats(
             .stats
             .list_pod_sandbox_stats(req.filter.as_ref())
             .await,
+    })
+}
+
+pub fn list_metric_descriptors(
+    _daemon: &Daemon,
+    _req: cri::ListMetricDescriptorsRequest,
+) -> Result<cri::ListMetricDescriptorsResponse> {
+    Ok(cri::ListMetricDescriptorsResponse {
+        descriptors: crate::stats::cri_metrics::descriptors(),
+    })
+}
+
+pub async fn list_pod_sandbox_metrics(
+    daemon: &Daemon,
+    _req: cri::ListPodSandboxMetricsRequest,
+) -> Result<cri::ListPodSandboxMetricsResponse> {
+    Ok(cri::ListPodSandboxMetricsResponse {
+        pod_metrics: daemon.stats.list_pod_sandbox_metrics().await,
     })
 }

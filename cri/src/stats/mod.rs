@@ -6,6 +6,7 @@
 //! sample and the previous one of the same object, as containerd computes it.
 
 pub mod cgroup;
+pub mod cri_metrics;
 #[cfg(test)]
 mod service_tests;
 
@@ -306,6 +307,55 @@ impl StatsService {
             if labels_match(&sb.config.labels, &f.label_selector) {
                 out.push(self.pod_stats_of(&sb).await);
             }
+        }
+        out
+    }
+}
+
+impl StatsService {
+    /// ListPodSandboxMetrics: the ready pods' stats as cAdvisor-named metrics.
+    pub async fn list_pod_sandbox_metrics(&self) -> Vec<cri::PodSandboxMetrics> {
+        let list_filter = cri::PodSandboxFilter {
+            state: Some(cri::PodSandboxStateValue {
+                state: cri::PodSandboxState::SandboxReady as i32,
+            }),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        for sb in self.sandboxes.list(Some(&list_filter)) {
+            let stats = self.pod_stats_of(&sb).await;
+            let facts: Vec<cri_metrics::ContainerFacts> = self
+                .containers
+                .records()
+                .of_sandbox(&sb.id)
+                .into_iter()
+                .map(|c| c.get())
+                .filter(|rec| rec.state == ContainerState::Running)
+                .map(|rec| cri_metrics::ContainerFacts {
+                    name: rec
+                        .config
+                        .metadata
+                        .as_ref()
+                        .map(|m| m.name.clone())
+                        .unwrap_or_default(),
+                    image: rec.image_name.clone(),
+                    started_at_ns: rec.started_at_ns,
+                    resources: rec.resources.clone(),
+                    id: rec.id,
+                })
+                .collect();
+            let pod_name = sb
+                .config
+                .metadata
+                .as_ref()
+                .map(|m| m.name.as_str())
+                .unwrap_or("");
+            out.push(cri_metrics::pod_metrics(
+                &stats,
+                pod_name,
+                &facts,
+                timefmt::now_ns(),
+            ));
         }
         out
     }

@@ -46,6 +46,17 @@ pub struct ContainerRecord {
     pub uid: u32,
     pub gid: u32,
     pub supplemental_groups: Vec<u32>,
+    /// Image volumes mounted for this container (records from before them have none).
+    #[serde(default)]
+    pub image_volumes: Vec<ImageVolume>,
+}
+
+/// A read-only image rootfs mounted for an image-volume mount.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ImageVolume {
+    /// Its id in the image store (`<container id>-iv<n>`).
+    pub rootfs_id: String,
+    pub target: PathBuf,
 }
 
 impl Record for ContainerRecord {

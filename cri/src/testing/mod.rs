@@ -102,7 +102,7 @@ impl Harness {
             &self.process_stats,
         );
         let rt = Self::daemon(self.dir.path(), self.rt.images.clone(), fakes);
-        self.cri = CriService::new(rt.clone());
+        self.cri = CriService::new(rt.clone(), peapod_metrics::Metrics::new().expect("metrics"));
         self.rt = rt;
     }
 

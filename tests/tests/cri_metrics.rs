@@ -1,0 +1,99 @@
+//! ListMetricDescriptors and ListPodSandboxMetrics: cAdvisor-named metrics from the same
+//! cgroup, netns and writable-layer readings as the stats calls.
+
+use e2e::pods::{busybox, sh, Images};
+use e2e::TestDaemon;
+use peapod_proto::v1 as cri;
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_metrics_carry_the_containers_cpu_memory_disk_and_the_pods_network() {
+    let mut d = TestDaemon::start("crimetrics").await;
+    let images = Images::start();
+    let image = images.push("busybox:crimetrics", &busybox());
+    d.pull(&image).await;
+    let pod = d.run_pod("metrics-pod").await;
+    let gateway = d.gateway.clone();
+    // 10 MB of memory held in /dev/shm, 3 MB on the writable layer, packets sent.
+    let script = format!(
+        "dd if=/dev/zero of=/dev/shm/fill bs=1M count=10 2>/dev/null; dd if=/dev/zero of=/blob bs=1M count=3 2>/dev/null; \
+         ping -c 2 -W 1 {gateway} >/dev/null; echo ready; sleep 300 & wait"
+    );
+    let id = d.run_container(&pod, sh("worker", &image, &script)).await;
+    d.wait_log(&id, "ready", Duration::from_secs(30)).await;
+
+    let descriptors: HashMap<String, cri::MetricDescriptor> = d
+        .cri
+        .runtime
+        .list_metric_descriptors(cri::ListMetricDescriptorsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .descriptors
+        .into_iter()
+        .map(|desc| (desc.name.clone(), desc))
+        .collect();
+    for name in [
+        "container_cpu_usage_seconds_total",
+        "container_memory_working_set_bytes",
+        "container_network_receive_bytes_total",
+        "container_network_transmit_bytes_total",
+        "container_fs_usage_bytes",
+    ] {
+        assert!(descriptors.contains_key(name), "{name} not described");
+    }
+
+    let all = d
+        .cri
+        .runtime
+        .list_pod_sandbox_metrics(cri::ListPodSandboxMetricsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_metrics;
+    let pm = all
+        .iter()
+        .find(|m| m.pod_sandbox_id == pod.id)
+        .expect("metrics of the pod");
+    let metrics: Vec<&cri::Metric> = pm
+        .metrics
+        .iter()
+        .chain(pm.container_metrics.iter().flat_map(|c| c.metrics.iter()))
+        .collect();
+    for m in &metrics {
+        let desc = &descriptors[&m.name];
+        assert_eq!(desc.label_keys.len(), m.label_values.len(), "{}", m.name);
+    }
+    let value = |ms: &[cri::Metric], name: &str| -> u64 {
+        ms.iter()
+            .find(|m| m.name == name)
+            .and_then(|m| m.value.as_ref())
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .value
+    };
+    // The pod's eth0 sent the pings.
+    let tx = pm
+        .metrics
+        .iter()
+        .find(|m| m.name == "container_network_transmit_bytes_total" && m.label_values[3] == "eth0")
+        .expect("eth0 transmit");
+    assert!(tx.value.as_ref().unwrap().value > 0);
+    let cm = pm
+        .container_metrics
+        .iter()
+        .find(|c| c.container_id == id)
+        .expect("the container's metrics");
+    let ws = value(&cm.metrics, "container_memory_working_set_bytes");
+    assert!(ws > 8 << 20, "working set {ws}");
+    let fs = value(&cm.metrics, "container_fs_usage_bytes");
+    assert!(fs >= 3 << 20, "writable layer {fs}");
+    let name = cm
+        .metrics
+        .iter()
+        .find(|m| m.name == "container_memory_working_set_bytes")
+        .unwrap();
+    assert_eq!(name.label_values[0], id);
+    assert_eq!(name.label_values[1], "worker");
+    d.remove_pod(&pod).await;
+}
