@@ -38,11 +38,6 @@ pub fn cgroups_path(driver: CgroupDriver, parent: &str, id: &str) -> String {
     }
 }
 
-/// Whether the host runs the unified (v2-only) hierarchy.
-pub fn is_unified(root: &std::path::Path) -> bool {
-    root.join("cgroup.controllers").exists()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,47 +5,52 @@
 //! Events go to whoever subscribed at the time; a subscriber that falls behind by more than
 //! [`CAPACITY`] events misses the oldest (the kubelet then relists).
 
-use crate::runtime::Runtime;
+use crate::store::container::ContainerRecords;
+use crate::store::sandbox::SandboxRecords;
+use crate::store::to_cri;
 use peapod_proto::v1 as cri;
+use std::sync::Arc;
 use tokio::sync::broadcast;
 
 pub const CAPACITY: usize = 1024;
 
+/// The publisher of lifecycle events; it reads the records to attach their statuses.
 pub struct Events {
     tx: broadcast::Sender<cri::ContainerEventResponse>,
-}
-
-impl Default for Events {
-    fn default() -> Self {
-        Events {
-            tx: broadcast::channel(CAPACITY).0,
-        }
-    }
+    sandboxes: Arc<SandboxRecords>,
+    containers: Arc<ContainerRecords>,
 }
 
 impl Events {
+    pub fn new(sandboxes: Arc<SandboxRecords>, containers: Arc<ContainerRecords>) -> Events {
+        Events {
+            tx: broadcast::channel(CAPACITY).0,
+            sandboxes,
+            containers,
+        }
+    }
+
     pub fn subscribe(&self) -> broadcast::Receiver<cri::ContainerEventResponse> {
         self.tx.subscribe()
     }
-}
 
-impl Runtime {
     /// Publishes an event about `id` (a container, or the sandbox itself) of pod `sandbox_id`.
-    pub(crate) fn emit(&self, id: &str, sandbox_id: &str, kind: cri::ContainerEventType) {
-        if self.events.tx.receiver_count() == 0 {
+    pub fn emit(&self, id: &str, sandbox_id: &str, kind: cri::ContainerEventType) {
+        if self.tx.receiver_count() == 0 {
             return;
         }
         let pod_sandbox_status = self
-            .sandboxes()
+            .sandboxes
             .resolve(sandbox_id)
             .ok()
-            .map(|sb| crate::sandbox::query::to_status(&sb.get()));
+            .map(|sb| to_cri::sandbox_status(&sb.get()));
         let containers_statuses = self
-            .containers_of(sandbox_id)
+            .containers
+            .of_sandbox(sandbox_id)
             .iter()
-            .map(|c| crate::container::query::to_status(&c.get()))
+            .map(|c| to_cri::container_status(&c.get()))
             .collect();
-        let _ = self.events.tx.send(cri::ContainerEventResponse {
+        let _ = self.tx.send(cri::ContainerEventResponse {
             container_id: id.to_string(),
             container_event_type: kind as i32,
             created_at: peapod_shim::timefmt::now_ns(),

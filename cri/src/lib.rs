@@ -9,13 +9,17 @@ pub mod cgroups;
 pub mod client;
 pub mod config;
 pub mod container;
+pub mod daemon;
 pub mod error;
 pub mod events;
 pub mod exec;
+pub mod host_ops;
 pub mod ids;
+pub mod images;
 pub mod network;
 pub mod oci;
 pub mod oom;
+pub mod paths;
 pub mod pause;
 pub mod runtime;
 pub mod sandbox;
@@ -23,5 +27,7 @@ pub mod server;
 pub mod shim;
 pub mod stats;
 pub mod store;
+#[cfg(test)]
+pub mod testing;
 
 pub use error::{Error, Result};

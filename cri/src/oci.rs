@@ -11,7 +11,7 @@ use std::path::Path;
 pub use peapod_spec::OCI_VERSION;
 
 pub fn spec_err(e: oci_spec::OciSpecError) -> Error {
-    Error::Internal(format!("runtime spec: {e}"))
+    Error::internal(format!("runtime spec: {e}"))
 }
 
 pub fn strings(v: &[&str]) -> Vec<String> {

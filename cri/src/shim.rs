@@ -1,7 +1,11 @@
-//! Talking to the per-pod `peapod-shim`: starting it, and the Task API client.
+//! Talking to the per-pod `peapod-shim`: the Task API as the daemon uses it ([`Shim`]),
+//! starting and finding a pod's shim ([`Shims`]), and their real implementations over ttrpc
+//! ([`ShimClient`], [`ShimManager`]). The lifecycle code sees only the traits, so its unit
+//! tests run against fakes (`crate::testing`).
 
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::ids;
+use async_trait::async_trait;
 use containerd_shim_protos::api;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::{Message, MessageField};
@@ -21,20 +25,78 @@ fn ctx(timeout: Option<Duration>) -> Context {
 }
 
 fn map_err(what: &str, err: ttrpc::Error) -> Error {
-    match err {
+    let (code, message) = match &err {
         ttrpc::Error::RpcStatus(s) => {
-            let msg = format!("{what}: {}", s.message());
-            match s.code() {
-                ttrpc::Code::NOT_FOUND => Error::NotFound(msg),
-                ttrpc::Code::INVALID_ARGUMENT => Error::InvalidArgument(msg),
-                ttrpc::Code::ALREADY_EXISTS => Error::AlreadyExists(msg),
-                ttrpc::Code::FAILED_PRECONDITION => Error::FailedPrecondition(msg),
-                ttrpc::Code::DEADLINE_EXCEEDED => Error::DeadlineExceeded(msg),
-                _ => Error::Shim(msg),
-            }
+            let code = match s.code() {
+                ttrpc::Code::NOT_FOUND => Code::NotFound,
+                ttrpc::Code::INVALID_ARGUMENT => Code::InvalidArgument,
+                ttrpc::Code::ALREADY_EXISTS => Code::AlreadyExists,
+                ttrpc::Code::FAILED_PRECONDITION => Code::FailedPrecondition,
+                ttrpc::Code::DEADLINE_EXCEEDED => Code::DeadlineExceeded,
+                _ => Code::Internal,
+            };
+            (code, s.message().to_string())
         }
-        other => Error::Shim(format!("{what}: {other}")),
-    }
+        other => (Code::Internal, other.to_string()),
+    };
+    // What the shim refused (a missing task, a bad request) reads as the client's error; a
+    // failure of the shim itself says so.
+    let prefix = if code == Code::Internal { "shim: " } else { "" };
+    Error::new(code, format!("{prefix}{what}: {message}")).with_cause(err)
+}
+
+/// One pod's shim: the calls of the Task API the daemon makes. `exec_id` is empty for a
+/// container's own process.
+#[async_trait]
+pub trait Shim: Send + Sync {
+    /// Creates a container (its pid); with `options.start` it is started too.
+    async fn create(
+        &self,
+        id: &str,
+        bundle: &Path,
+        terminal: bool,
+        options: &CreateOptions,
+    ) -> Result<u32>;
+    async fn start(&self, id: &str, exec_id: &str) -> Result<u32>;
+    async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()>;
+    async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit>;
+    /// Waits (without deadline) for the process to exit.
+    async fn wait(&self, id: &str, exec_id: &str) -> Result<Exit>;
+    async fn state(&self, id: &str, exec_id: &str) -> Result<ProcessState>;
+    /// Registers an exec'd process (started with `start(id, exec_id)`).
+    async fn exec(&self, id: &str, exec_id: &str, process_json: Vec<u8>, io: &ExecIo)
+        -> Result<()>;
+    async fn update(&self, id: &str, resources_json: Vec<u8>) -> Result<()>;
+    async fn resize(&self, id: &str, exec_id: &str, width: u32, height: u32) -> Result<()>;
+    /// peapod's extension: reopen a container's log file after rotation.
+    async fn reopen_log(&self, id: &str) -> Result<()>;
+    /// Shuts the shim down and returns once its process has exited, so that callers (and
+    /// tests) never see a shim that is still on its way out.
+    async fn shutdown_and_wait(&self) -> Result<()>;
+}
+
+/// Where an exec'd process's stdio goes (FIFO paths; empty for none).
+#[derive(Debug, Clone, Default)]
+pub struct ExecIo {
+    pub terminal: bool,
+    pub stdin: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Starting pods' shims and finding them again (after a daemon restart too).
+#[async_trait]
+pub trait Shims: Send + Sync {
+    /// Starts the pod's shim, which serves once this returns.
+    async fn start(&self, sandbox_id: &str, log: &Path) -> Result<Arc<dyn Shim>>;
+    /// The pod's shim, connecting to it if this daemon has not yet.
+    async fn get(&self, sandbox_id: &str) -> Result<Arc<dyn Shim>>;
+    /// Drops the connection to a pod's shim (after it was shut down).
+    fn forget(&self, sandbox_id: &str);
+    /// The pod shim's socket.
+    fn socket_path(&self, sandbox_id: &str) -> PathBuf;
+    /// Where a container's attach socket goes.
+    fn attach_socket_path(&self, container_id: &str) -> PathBuf;
 }
 
 /// An exit as the shim reports it.
@@ -77,7 +139,13 @@ impl ShimClient {
     pub async fn connect(socket: &Path) -> Result<ShimClient> {
         let raw = Client::connect(&format!("unix://{}", socket.display()))
             .await
-            .map_err(|e| Error::Shim(format!("connect {}: {e}", socket.display())))?;
+            .map_err(|e| {
+                Error::caused(
+                    Code::Internal,
+                    format_args!("shim: connect {}", socket.display()),
+                    e,
+                )
+            })?;
         Ok(ShimClient {
             task: TaskClient::new(raw.clone()),
             raw,
@@ -85,7 +153,34 @@ impl ShimClient {
         })
     }
 
-    pub async fn create(
+    /// The shim's pid (Connect).
+    async fn shim_pid(&self) -> Result<u32> {
+        let req = api::ConnectRequest::new();
+        let resp = self
+            .task
+            .connect(ctx(Some(CALL_TIMEOUT)), &req)
+            .await
+            .map_err(|e| map_err("connect", e))?;
+        Ok(resp.shim_pid)
+    }
+
+    async fn shutdown(&self, now: bool) -> Result<()> {
+        let mut req = api::ShutdownRequest::new();
+        req.now = now;
+        match self.task.shutdown(ctx(Some(CALL_TIMEOUT)), &req).await {
+            Ok(_) => Ok(()),
+            // The shim may close the connection as it exits.
+            Err(ttrpc::Error::Socket(_))
+            | Err(ttrpc::Error::LocalClosed)
+            | Err(ttrpc::Error::RemoteClosed) => Ok(()),
+            Err(e) => Err(map_err("shutdown", e)),
+        }
+    }
+}
+
+#[async_trait]
+impl Shim for ShimClient {
+    async fn create(
         &self,
         id: &str,
         bundle: &Path,
@@ -99,7 +194,7 @@ impl ShimClient {
         req.stdout = options.log_path.clone();
         let mut any = Any::new();
         any.type_url = protocol::CREATE_OPTIONS_TYPE_URL.into();
-        any.value = serde_json::to_vec(options).map_err(|e| Error::Internal(e.to_string()))?;
+        any.value = serde_json::to_vec(options).map_err(|e| Error::internal(e.to_string()))?;
         req.options = MessageField::some(any);
         let resp = self
             .task
@@ -109,7 +204,7 @@ impl ShimClient {
         Ok(resp.pid)
     }
 
-    pub async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
+    async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
         let mut req = api::StartRequest::new();
         req.id = id.into();
         req.exec_id = exec_id.into();
@@ -121,7 +216,7 @@ impl ShimClient {
         Ok(resp.pid)
     }
 
-    pub async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
+    async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
         let mut req = api::KillRequest::new();
         req.id = id.into();
         req.exec_id = exec_id.into();
@@ -134,7 +229,7 @@ impl ShimClient {
         Ok(())
     }
 
-    pub async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit> {
+    async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit> {
         let mut req = api::DeleteRequest::new();
         req.id = id.into();
         req.exec_id = exec_id.into();
@@ -147,7 +242,7 @@ impl ShimClient {
     }
 
     /// Waits (without deadline) for the process to exit.
-    pub async fn wait(&self, id: &str, exec_id: &str) -> Result<Exit> {
+    async fn wait(&self, id: &str, exec_id: &str) -> Result<Exit> {
         let mut req = api::WaitRequest::new();
         req.id = id.into();
         req.exec_id = exec_id.into();
@@ -159,7 +254,7 @@ impl ShimClient {
         Ok(exit_of(resp.exit_status, &resp.exited_at))
     }
 
-    pub async fn state(&self, id: &str, exec_id: &str) -> Result<ProcessState> {
+    async fn state(&self, id: &str, exec_id: &str) -> Result<ProcessState> {
         let mut req = api::StateRequest::new();
         req.id = id.into();
         req.exec_id = exec_id.into();
@@ -178,25 +273,20 @@ impl ShimClient {
         })
     }
 
-    /// Registers an exec'd process (started with `start(id, exec_id)`).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn exec(
+    async fn exec(
         &self,
         id: &str,
         exec_id: &str,
         process_json: Vec<u8>,
-        terminal: bool,
-        stdin: &str,
-        stdout: &str,
-        stderr: &str,
+        io: &ExecIo,
     ) -> Result<()> {
         let mut req = api::ExecProcessRequest::new();
         req.id = id.into();
         req.exec_id = exec_id.into();
-        req.terminal = terminal;
-        req.stdin = stdin.into();
-        req.stdout = stdout.into();
-        req.stderr = stderr.into();
+        req.terminal = io.terminal;
+        req.stdin = io.stdin.clone();
+        req.stdout = io.stdout.clone();
+        req.stderr = io.stderr.clone();
         let mut any = Any::new();
         any.type_url = protocol::PROCESS_TYPE_URL.into();
         any.value = process_json;
@@ -208,7 +298,7 @@ impl ShimClient {
         Ok(())
     }
 
-    pub async fn update(&self, id: &str, resources_json: Vec<u8>) -> Result<()> {
+    async fn update(&self, id: &str, resources_json: Vec<u8>) -> Result<()> {
         let mut req = api::UpdateTaskRequest::new();
         req.id = id.into();
         let mut any = Any::new();
@@ -222,7 +312,7 @@ impl ShimClient {
         Ok(())
     }
 
-    pub async fn resize(&self, id: &str, exec_id: &str, width: u32, height: u32) -> Result<()> {
+    async fn resize(&self, id: &str, exec_id: &str, width: u32, height: u32) -> Result<()> {
         let mut req = api::ResizePtyRequest::new();
         req.id = id.into();
         req.exec_id = exec_id.into();
@@ -235,20 +325,8 @@ impl ShimClient {
         Ok(())
     }
 
-    pub async fn close_stdin(&self, id: &str, exec_id: &str) -> Result<()> {
-        let mut req = api::CloseIORequest::new();
-        req.id = id.into();
-        req.exec_id = exec_id.into();
-        req.stdin = true;
-        self.task
-            .close_io(ctx(Some(CALL_TIMEOUT)), &req)
-            .await
-            .map_err(|e| map_err("close stdin", e))?;
-        Ok(())
-    }
-
     /// peapod's extension: reopen a container's log file after rotation.
-    pub async fn reopen_log(&self, id: &str) -> Result<()> {
+    async fn reopen_log(&self, id: &str) -> Result<()> {
         let mut body = api::StateRequest::new();
         body.id = id.into();
         let mut req = ttrpc::Request::new();
@@ -257,7 +335,7 @@ impl ShimClient {
         req.timeout_nano = CALL_TIMEOUT.as_nanos() as i64;
         req.payload = body
             .write_to_bytes()
-            .map_err(|e| Error::Internal(e.to_string()))?;
+            .map_err(|e| Error::internal(e.to_string()))?;
         let resp = self
             .raw
             .request(req)
@@ -274,20 +352,9 @@ impl ShimClient {
         Ok(())
     }
 
-    /// The shim's pid (Connect).
-    pub async fn shim_pid(&self) -> Result<u32> {
-        let req = api::ConnectRequest::new();
-        let resp = self
-            .task
-            .connect(ctx(Some(CALL_TIMEOUT)), &req)
-            .await
-            .map_err(|e| map_err("connect", e))?;
-        Ok(resp.shim_pid)
-    }
-
     /// Shuts the shim down and returns once its process has exited, so that callers (and
     /// tests) never see a shim that is still on its way out.
-    pub async fn shutdown_and_wait(&self) -> Result<()> {
+    async fn shutdown_and_wait(&self) -> Result<()> {
         let pidfd = match self.shim_pid().await {
             Ok(pid) => pidfd_open(pid).ok(),
             Err(_) => None,
@@ -298,26 +365,13 @@ impl ShimClient {
                 .await
                 .is_err()
             {
-                return Err(Error::Shim(format!(
-                    "the shim at {} did not exit within {SHIM_EXIT_TIMEOUT:?} of Shutdown",
+                return Err(Error::internal(format!(
+                    "shim: the shim at {} did not exit within {SHIM_EXIT_TIMEOUT:?} of Shutdown",
                     self.socket.display()
                 )));
             }
         }
         Ok(())
-    }
-
-    pub async fn shutdown(&self, now: bool) -> Result<()> {
-        let mut req = api::ShutdownRequest::new();
-        req.now = now;
-        match self.task.shutdown(ctx(Some(CALL_TIMEOUT)), &req).await {
-            Ok(_) => Ok(()),
-            // The shim may close the connection as it exits.
-            Err(ttrpc::Error::Socket(_))
-            | Err(ttrpc::Error::LocalClosed)
-            | Err(ttrpc::Error::RemoteClosed) => Ok(()),
-            Err(e) => Err(map_err("shutdown", e)),
-        }
     }
 }
 
@@ -352,7 +406,7 @@ pub struct ShimManager {
     runtime: String,
     runtime_root: PathBuf,
     socket_dir: PathBuf,
-    clients: Mutex<HashMap<String, Arc<ShimClient>>>,
+    clients: Mutex<HashMap<String, Arc<dyn Shim>>>,
 }
 
 impl ShimManager {
@@ -383,32 +437,20 @@ impl ShimManager {
             .unwrap_or_else(|| PathBuf::from("peapod-shim"))
     }
 
-    pub fn binary(&self) -> &Path {
-        &self.binary
-    }
-
-    /// Short, so that it fits a unix socket address.
-    pub fn socket_path(&self, sandbox_id: &str) -> PathBuf {
-        self.socket_dir.join(ids::short(sandbox_id))
-    }
-
-    /// Where a container's attach socket goes.
-    pub fn attach_socket_path(&self, container_id: &str) -> PathBuf {
-        self.socket_dir
-            .join(format!("{}.a", ids::short(container_id)))
-    }
-
-    fn cache(&self, id: &str, client: ShimClient) -> Arc<ShimClient> {
-        let client = Arc::new(client);
+    fn cache(&self, id: &str, client: ShimClient) -> Arc<dyn Shim> {
+        let client: Arc<dyn Shim> = Arc::new(client);
         self.clients
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.to_string(), client.clone());
         client
     }
+}
 
-    /// Starts the pod's shim (`peapod-shim start`, which returns once it serves).
-    pub async fn start(&self, sandbox_id: &str, log: &Path) -> Result<Arc<ShimClient>> {
+#[async_trait]
+impl Shims for ShimManager {
+    /// `peapod-shim start`, which returns once the shim serves.
+    async fn start(&self, sandbox_id: &str, log: &Path) -> Result<Arc<dyn Shim>> {
         std::fs::create_dir_all(&self.socket_dir)
             .map_err(|e| Error::path("create", &self.socket_dir, e))?;
         let socket = self.socket_path(sandbox_id);
@@ -425,10 +467,10 @@ impl ShimManager {
             .kill_on_drop(true)
             .output()
             .await
-            .map_err(|e| Error::Shim(format!("run {}: {e}", self.binary.display())))?;
+            .map_err(|e| Error::io(format_args!("shim: run {}", self.binary.display()), e))?;
         if !output.status.success() {
-            return Err(Error::Shim(format!(
-                "starting the shim failed: {}",
+            return Err(Error::internal(format!(
+                "shim: starting the shim failed: {}",
                 String::from_utf8_lossy(&output.stderr).trim()
             )));
         }
@@ -436,8 +478,7 @@ impl ShimManager {
         Ok(self.cache(sandbox_id, client))
     }
 
-    /// The connection to a pod's shim, reconnecting after a daemon restart.
-    pub async fn get(&self, sandbox_id: &str, socket: &Path) -> Result<Arc<ShimClient>> {
+    async fn get(&self, sandbox_id: &str) -> Result<Arc<dyn Shim>> {
         if let Some(c) = self
             .clients
             .lock()
@@ -446,14 +487,24 @@ impl ShimManager {
         {
             return Ok(c.clone());
         }
-        let client = ShimClient::connect(socket).await?;
+        let client = ShimClient::connect(&self.socket_path(sandbox_id)).await?;
         Ok(self.cache(sandbox_id, client))
     }
 
-    pub fn forget(&self, sandbox_id: &str) {
+    fn forget(&self, sandbox_id: &str) {
         self.clients
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(sandbox_id);
+    }
+
+    /// Short, so that it fits a unix socket address.
+    fn socket_path(&self, sandbox_id: &str) -> PathBuf {
+        self.socket_dir.join(ids::short(sandbox_id))
+    }
+
+    fn attach_socket_path(&self, container_id: &str) -> PathBuf {
+        self.socket_dir
+            .join(format!("{}.a", ids::short(container_id)))
     }
 }

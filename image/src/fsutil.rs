@@ -1,6 +1,5 @@
-//! Small filesystem helpers: atomic writes, usage walks, temp names.
+//! Small filesystem helpers: usage walks, temp names. (Atomic writes are `peapod_host::fs`.)
 
-use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -8,38 +7,6 @@ use std::path::Path;
 pub(crate) fn random_hex() -> String {
     let bytes: [u8; 8] = rand::random();
     hex::encode(bytes)
-}
-
-/// Writes `data` to `path` through a temp file in the same directory and a
-/// rename, so readers see the old or the new content, never a mix. With
-/// `durable`, the file and then the directory are fsynced, so the new content
-/// survives a crash once this returns.
-pub(crate) fn write_atomic(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path without parent"))?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".tmp-{name}-{}", random_hex()));
-    let res = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(data)?;
-        if durable {
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, path)?;
-        if durable {
-            sync_dir(dir)?;
-        }
-        Ok(())
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Disk usage of a tree, like `du`: bytes in allocated blocks and inode count,

@@ -15,7 +15,7 @@
 use crate::digest::{self, hex_of};
 use crate::error::IoContext;
 use crate::fsutil::random_hex;
-use crate::oci::{self, AnyManifest, ConfigFile};
+use crate::manifest::{self, AnyManifest, ConfigFile};
 use crate::reference::{validate_digest, Reference};
 use crate::store::{Image, LayerSource, Store};
 use crate::tarball::{Kind, Limits, TarReader};
@@ -204,12 +204,12 @@ fn normalise_names(names: impl IntoIterator<Item = String>) -> Vec<String> {
 }
 
 fn plan_docker(index: &ArchiveIndex) -> Result<Vec<Planned>, Error> {
-    let m = index.read_small("manifest.json", oci::MAX_MANIFEST_BYTES)?;
+    let m = index.read_small("manifest.json", manifest::MAX_MANIFEST_BYTES)?;
     let entries: Vec<DockerManifestEntry> = serde_json::from_slice(&m)
         .map_err(|e| Error::json("parsing manifest.json of the archive", e))?;
     let mut out = Vec::new();
     for e in entries {
-        let config_bytes = index.read_small(&e.config, oci::MAX_CONFIG_BYTES)?;
+        let config_bytes = index.read_small(&e.config, manifest::MAX_CONFIG_BYTES)?;
         let config_digest = digest::sha256_digest(&config_bytes);
         let config = parse_config(&config_bytes, &e.config)?;
         if config.rootfs.diff_ids.len() != e.layers.len() {
@@ -254,22 +254,22 @@ fn read_doc(index: &ArchiveIndex, digest: &str, max: u64) -> Result<Vec<u8>, Err
 }
 
 fn plan_oci(index: &ArchiveIndex) -> Result<Vec<Planned>, Error> {
-    let top = index.read_small("index.json", oci::MAX_MANIFEST_BYTES)?;
+    let top = index.read_small("index.json", manifest::MAX_MANIFEST_BYTES)?;
     let top: AnyManifest = serde_json::from_slice(&top)
         .map_err(|e| Error::json("parsing index.json of the archive", e))?;
     let mut out = Vec::new();
     for desc in top.manifests.unwrap_or_default() {
         let ann = desc.annotations.clone().unwrap_or_default();
         let name = ann
-            .get(oci::ANNOTATION_CONTAINERD_NAME)
+            .get(manifest::ANNOTATION_CONTAINERD_NAME)
             .cloned()
             .or_else(|| {
-                ann.get(oci::ANNOTATION_REF_NAME)
+                ann.get(manifest::ANNOTATION_REF_NAME)
                     .filter(|n| n.contains('/') || n.contains(':'))
                     .cloned()
             });
         if name.is_none() {
-            if let Some(tag) = ann.get(oci::ANNOTATION_REF_NAME) {
+            if let Some(tag) = ann.get(manifest::ANNOTATION_REF_NAME) {
                 tracing::warn!(%tag, "OCI layout entry names only a tag; importing it without a name");
             }
         }
@@ -277,7 +277,7 @@ fn plan_oci(index: &ArchiveIndex) -> Result<Vec<Planned>, Error> {
         let mut docs = Vec::new();
         let mut cur = desc.clone();
         let manifest = loop {
-            let body = read_doc(index, &cur.digest, oci::MAX_MANIFEST_BYTES)?;
+            let body = read_doc(index, &cur.digest, manifest::MAX_MANIFEST_BYTES)?;
             docs.push((cur.digest.clone(), body.clone()));
             let m: AnyManifest = serde_json::from_slice(&body)
                 .map_err(|e| Error::json(format!("parsing {}", cur.digest), e))?;
@@ -292,8 +292,8 @@ fn plan_oci(index: &ArchiveIndex) -> Result<Vec<Planned>, Error> {
             if docs.len() > 4 {
                 return Err(Error::InvalidImage("indexes nested too deeply".into()));
             }
-            let want = oci::host_platform();
-            cur = oci::select_platform(m.manifests.as_deref().unwrap_or(&[]), &want)
+            let want = manifest::host_platform();
+            cur = manifest::select_platform(m.manifests.as_deref().unwrap_or(&[]), &want)
                 .cloned()
                 .ok_or_else(|| {
                     Error::NotFound(format!(
@@ -306,7 +306,7 @@ fn plan_oci(index: &ArchiveIndex) -> Result<Vec<Planned>, Error> {
             .config
             .clone()
             .ok_or_else(|| Error::InvalidImage(format!("manifest {} has no config", cur.digest)))?;
-        let config_bytes = read_doc(index, &cdesc.digest, oci::MAX_CONFIG_BYTES)?;
+        let config_bytes = read_doc(index, &cdesc.digest, manifest::MAX_CONFIG_BYTES)?;
         let config = parse_config(&config_bytes, &cdesc.digest)?;
         let mlayers = manifest.layers.clone().unwrap_or_default();
         if config.rootfs.diff_ids.len() != mlayers.len() {
@@ -414,12 +414,12 @@ impl Store {
             Ok((Arc::new(index), planned, tmp))
         })
         .await
-        .map_err(|e| Error::io("import task failed", std::io::Error::other(e.to_string())))??;
+        .map_err(crate::store::join_err)??;
 
         let mut images = Vec::new();
         for p in planned {
             let diff_ids: Vec<String> = p.layers.iter().map(|(s, _)| s.diff_id.clone()).collect();
-            let _lease = self.lease_layers(&diff_ids);
+            let _lease = self.lease(&diff_ids);
             for (src, entry) in p.layers {
                 let index = index.clone();
                 self.ensure_layer_from(src, move || index.open(&entry))
@@ -427,7 +427,7 @@ impl Store {
             }
             let mut blobs = Vec::new();
             for (d, b) in &p.docs {
-                self.store_blob(d, b).await?;
+                self.write_blob(d, b).await?;
                 blobs.push(d.clone());
             }
             let img = self

@@ -19,7 +19,6 @@
 //! store.create_rootfs(image, container_id, target, ro)  overlay mount; keeps the layers alive
 //! store.remove_rootfs(container_id, target)             unmount (lazy if busy), delete; idempotent
 //! store.rootfs_usage(container_id) -> (bytes, inodes)   writable layer usage
-//! store.lookup_user(image, "user[:group]")              (uid, gid, additional gids) from /etc/passwd, /etc/group
 //! store.progress(reference) / progress_path(reference)  pull progress, in-process / as a JSON file
 //! store.config_json(reference), store.layers(reference)  raw config and diff_ids, for verbose ImageStatus
 //! image_user(config_user) -> (Option<uid>, username)    CRI ImageStatus uid/username
@@ -53,8 +52,8 @@ mod digest;
 mod error;
 mod fsutil;
 mod import;
+pub mod manifest;
 mod mount;
-pub mod oci;
 pub mod progress;
 mod reference;
 mod registry;

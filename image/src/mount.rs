@@ -236,19 +236,16 @@ pub(crate) fn bind_readonly(src: &Path, target: &Path) -> Result<(), Error> {
 /// Unmounts `target`; a busy mount is detached lazily. Not mounted or
 /// missing is success, so callers can retry cleanup.
 pub(crate) fn unmount(target: &Path) -> Result<(), Error> {
-    use nix::errno::Errno;
-    use nix::mount::{umount2, MntFlags};
-    match umount2(target, MntFlags::UMOUNT_NOFOLLOW) {
-        Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => Ok(()),
-        Err(Errno::EBUSY) => {
+    use nix::mount::MntFlags;
+    match peapod_host::mount::unmount(target, MntFlags::UMOUNT_NOFOLLOW) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
             tracing::warn!(target = %target.display(), "rootfs busy, detaching lazily");
-            umount2(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW)
-                .map_err(|e| Error::io(format!("detaching {}", target.display()), e.into()))
+            peapod_host::mount::unmount(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW)
+                .map(drop)
+                .map_err(|e| Error::io(format!("detaching {}", target.display()), e))
         }
-        Err(e) => Err(Error::io(
-            format!("unmounting {}", target.display()),
-            e.into(),
-        )),
+        Err(e) => Err(Error::io(format!("unmounting {}", target.display()), e)),
     }
 }
 

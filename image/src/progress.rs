@@ -102,7 +102,11 @@ impl Tracker {
         let snap = self.snapshot();
         if let Ok(data) = serde_json::to_vec(&snap) {
             // Progress is advisory: no fsync, and a failed write is only logged.
-            if let Err(e) = crate::fsutil::write_atomic(&self.path, &data, false) {
+            if let Err(e) = peapod_host::fs::write_atomic(
+                &self.path,
+                &data,
+                peapod_host::fs::Durability::AtomicOnly,
+            ) {
                 tracing::debug!(path = %self.path.display(), error = %e, "cannot write pull progress");
             }
         }

@@ -13,7 +13,7 @@
 //! registry the reference names, never to a mirror, and never over plain HTTP
 //! to a token realm unless the registry itself is plain HTTP.
 
-use crate::oci;
+use crate::manifest;
 use crate::reference::Reference;
 use crate::Error;
 use base64::Engine as _;
@@ -537,7 +537,7 @@ impl Session {
                     .and_then(|v| v.to_str().ok())
                     .map(|s| s.split(';').next().unwrap_or(s).trim().to_string());
                 let url = self.url(ep, &format!("manifests/{reference}"));
-                let body = read_bounded(resp, oci::MAX_MANIFEST_BYTES, &url).await?;
+                let body = read_bounded(resp, manifest::MAX_MANIFEST_BYTES, &url).await?;
                 if reference.starts_with("sha256:") {
                     crate::digest::verify(&format!("manifest {url}"), reference, &body)?;
                 }

@@ -21,38 +21,13 @@ fn check(r: libc::c_int) -> io::Result<libc::c_int> {
 
 /// openat2 with RESOLVE_IN_ROOT: `path` is resolved as if `root` were `/`, so
 /// `..` and absolute symlinks can never leave it; magic links and mount
-/// crossings are refused. Retries EAGAIN, which the kernel returns when a
-/// rename races with the lookup.
+/// crossings are refused (see `peapod_host::rootfs::open_in_root`).
 pub(crate) fn open_in_root(
     root: BorrowedFd<'_>,
     path: &[u8],
     flags: libc::c_int,
 ) -> io::Result<OwnedFd> {
-    let p = cstr(if path.is_empty() { b"." } else { path })?;
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_XDEV;
-    for _ in 0..16 {
-        // SAFETY: valid fd, NUL-terminated path, and a properly sized open_how.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                root.as_raw_fd(),
-                p.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if r >= 0 {
-            // SAFETY: the kernel just handed us this descriptor.
-            return Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) });
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EAGAIN) {
-            return Err(e);
-        }
-    }
-    Err(io::Error::from_raw_os_error(libc::EAGAIN))
+    peapod_host::rootfs::open_in_root(root, path, flags, libc::RESOLVE_NO_XDEV)
 }
 
 pub(crate) fn openat(
@@ -69,19 +44,7 @@ pub(crate) fn openat(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-pub(crate) fn open_dir_path(path: &std::path::Path) -> io::Result<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt;
-    let p = cstr(path.as_os_str().as_bytes())?;
-    // SAFETY: NUL-terminated path.
-    let fd = check(unsafe {
-        libc::open(
-            p.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    })?;
-    // SAFETY: fresh descriptor from the kernel.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
+pub(crate) use peapod_host::rootfs::open_dir_path;
 
 /// lstat relative to `dir`; Ok(None) if the name does not exist.
 pub(crate) fn lstatat(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<libc::stat>> {
@@ -104,13 +67,6 @@ pub(crate) fn lstatat(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<lib
         return Err(e);
     }
     Ok(Some(st))
-}
-
-pub(crate) fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd and out-pointer.
-    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
-    Ok(st)
 }
 
 pub(crate) fn is_dir(st: &libc::stat) -> bool {
@@ -334,6 +290,8 @@ pub(crate) fn fsetxattr(fd: BorrowedFd<'_>, name: &[u8], value: &[u8]) -> io::Re
     .map(drop)
 }
 
+/// Reads an xattr; the tests check the overlay xattrs unpacking writes.
+#[cfg(test)]
 pub(crate) fn fgetxattr(fd: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<Vec<u8>>> {
     let n = cstr(name)?;
     let mut buf = vec![0u8; 256];

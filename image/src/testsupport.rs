@@ -26,7 +26,7 @@
 //!
 //! Everything here panics-free returns io::Result; processes are killed on drop.
 
-use crate::oci::{self, AnyManifest, ConfigFile, Descriptor, Platform};
+use crate::manifest::{self, AnyManifest, ConfigFile, Descriptor, Platform};
 use crate::store::ImageConfig;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -236,15 +236,15 @@ impl Layer {
         let tar = self.tar()?;
         let diff_id = sha256(&tar);
         Ok(match self.compression {
-            Compression::None => (tar, oci::OCI_LAYER_TAR.into(), diff_id),
+            Compression::None => (tar, manifest::OCI_LAYER_TAR.into(), diff_id),
             Compression::Gzip => {
                 let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
                 gz.write_all(&tar)?;
-                (gz.finish()?, oci::OCI_LAYER_GZIP.into(), diff_id)
+                (gz.finish()?, manifest::OCI_LAYER_GZIP.into(), diff_id)
             }
             Compression::Zstd => (
                 zstd::encode_all(&tar[..], 3)?,
-                oci::OCI_LAYER_ZSTD.into(),
+                manifest::OCI_LAYER_ZSTD.into(),
                 diff_id,
             ),
         })
@@ -282,7 +282,7 @@ impl ImageSpec {
         ImageSpec {
             layers: Vec::new(),
             config: ImageConfig::default(),
-            platform: oci::host_platform(),
+            platform: manifest::host_platform(),
             passwd: Vec::new(),
             group: Vec::new(),
             busybox: false,
@@ -430,7 +430,7 @@ impl OciLayout {
     fn write_index(&self) -> io::Result<()> {
         let idx = AnyManifest {
             schema_version: 2,
-            media_type: Some(oci::OCI_INDEX.into()),
+            media_type: Some(manifest::OCI_INDEX.into()),
             manifests: Some(self.index.clone()),
             ..Default::default()
         };
@@ -463,7 +463,7 @@ impl OciLayout {
             variant: spec.platform.variant.clone(),
             created: Some("1970-01-01T00:00:00Z".into()),
             config: Some(spec.config.to_runtime_config()),
-            rootfs: oci::RootFs {
+            rootfs: manifest::RootFs {
                 kind: "layers".into(),
                 diff_ids: diff_ids.clone(),
             },
@@ -472,9 +472,9 @@ impl OciLayout {
         let cfg_digest = self.put(&cfg_bytes)?;
         let manifest = AnyManifest {
             schema_version: 2,
-            media_type: Some(oci::OCI_MANIFEST.into()),
+            media_type: Some(manifest::OCI_MANIFEST.into()),
             config: Some(Descriptor {
-                media_type: oci::OCI_CONFIG.into(),
+                media_type: manifest::OCI_CONFIG.into(),
                 digest: cfg_digest.clone(),
                 size: cfg_bytes.len() as i64,
                 platform: None,
@@ -488,7 +488,7 @@ impl OciLayout {
         let mdigest = self.put(&mbytes)?;
         Ok((
             Descriptor {
-                media_type: oci::OCI_MANIFEST.into(),
+                media_type: manifest::OCI_MANIFEST.into(),
                 digest: mdigest.clone(),
                 size: mbytes.len() as i64,
                 platform: Some(spec.platform.clone()),
@@ -506,15 +506,18 @@ impl OciLayout {
 
     fn add(&mut self, mut desc: Descriptor, tag: &str, full_name: Option<&str>) -> io::Result<()> {
         let mut ann = BTreeMap::new();
-        ann.insert(oci::ANNOTATION_REF_NAME.to_string(), tag.to_string());
+        ann.insert(manifest::ANNOTATION_REF_NAME.to_string(), tag.to_string());
         if let Some(n) = full_name {
-            ann.insert(oci::ANNOTATION_CONTAINERD_NAME.to_string(), n.to_string());
+            ann.insert(
+                manifest::ANNOTATION_CONTAINERD_NAME.to_string(),
+                n.to_string(),
+            );
         }
         desc.annotations = Some(ann);
         self.index.retain(|d| {
             d.annotations
                 .as_ref()
-                .and_then(|a| a.get(oci::ANNOTATION_REF_NAME))
+                .and_then(|a| a.get(manifest::ANNOTATION_REF_NAME))
                 .map(|t| t != tag)
                 .unwrap_or(true)
         });
@@ -557,7 +560,7 @@ impl OciLayout {
         }
         let idx = AnyManifest {
             schema_version: 2,
-            media_type: Some(oci::OCI_INDEX.into()),
+            media_type: Some(manifest::OCI_INDEX.into()),
             manifests: Some(manifests),
             ..Default::default()
         };
@@ -565,7 +568,7 @@ impl OciLayout {
         let digest = self.put(&bytes)?;
         self.add(
             Descriptor {
-                media_type: oci::OCI_INDEX.into(),
+                media_type: manifest::OCI_INDEX.into(),
                 digest: digest.clone(),
                 size: bytes.len() as i64,
                 platform: None,
@@ -635,7 +638,7 @@ pub fn docker_archive(out: &Path, images: &[(&[&str], &ImageSpec)]) -> io::Resul
             variant: spec.platform.variant.clone(),
             created: Some("1970-01-01T00:00:00Z".into()),
             config: Some(spec.config.to_runtime_config()),
-            rootfs: oci::RootFs {
+            rootfs: manifest::RootFs {
                 kind: "layers".into(),
                 diff_ids: diff_ids.clone(),
             },
@@ -935,7 +938,7 @@ impl Registry {
             .find(|d| {
                 d.annotations
                     .as_ref()
-                    .and_then(|a| a.get(oci::ANNOTATION_REF_NAME))
+                    .and_then(|a| a.get(manifest::ANNOTATION_REF_NAME))
                     .map(String::as_str)
                     == Some(tag)
             })

@@ -611,14 +611,16 @@ async fn state_and_rootfs_survive_a_restart() {
             peapod_image::image_user(&img.config.user),
             (None, "app".to_string())
         );
-        assert_eq!(
-            store.lookup_user(&img.id, "app").await.unwrap(),
-            (1000, 1000, vec![29])
-        );
         store
             .create_rootfs(&img.id, "survivor", &target, false)
             .await
             .unwrap();
+        // The image's accounts are in its root filesystem, where the daemon reads them.
+        let read = |rel| peapod_host::rootfs::read_account_file(&target, rel).unwrap();
+        assert!(read("etc/passwd")
+            .unwrap()
+            .contains("app:x:1000:1000::/home/app:/bin/sh"));
+        assert!(read("etc/group").unwrap().contains("audio:x:29:app"));
         std::fs::write(target.join("tmp/x"), b"x").unwrap();
         img.id
     };

@@ -9,14 +9,41 @@
 //! shim is not the daemon's child: it outlives the daemon, and the daemon never has to reap it.
 //! `serve` makes itself a child subreaper, so that every container process is reparented to it
 //! when `runc create` or `runc exec --detach` returns, and it reaps them itself.
+//!
+//! Modules (after the containerd rust-extensions runc shim's task / container / process cut):
+//! - `server`: bootstrap of `serve`: real runtime and processes, ttrpc services, shutdown;
+//! - `task_api`: containerd's `Task` ttrpc trait, fields in and out, no logic;
+//! - `task`: the Task service itself, over the two traits below; `task_tests.rs` tests it;
+//! - `container`, `process`: a container (init + execs) and its processes' state and exits;
+//! - `runtime_cli` (trait) and `runc` (the real runc/crun/youki CLI);
+//! - `process_control` (trait): exits, signals and OOM counters of host processes;
+//! - `error`: `ShimError`, its ttrpc code, the one place statuses are built;
+//! - `extension`: peapod's ReopenLog method; `stdio`, `console`, `logio`: stdio, ptys, CRI logs;
+//! - `reaper`: the subreaper's one `waitpid` loop; `oom_kill_counter`: OOM kill detection;
+//! - `containerd`: the second face, `containerd-shim-peapod-v2` (the same binary built under
+//!   that name by `src/bin/containerd-shim-peapod-v2.rs`): containerd's launch protocol,
+//!   rootfs mounts, events; `init_stdio`: a container's stdio as peapod or containerd wants it.
 
 mod console;
+mod container;
+mod containerd;
+mod error;
+mod extension;
+#[cfg(test)]
+mod fakes;
+mod init_stdio;
+mod log_uri;
 mod logio;
-mod oom;
+mod oom_kill_counter;
+mod process;
+mod process_control;
 mod reaper;
 mod runc;
-mod service;
+mod runtime_cli;
+mod server;
 mod stdio;
+mod task;
+mod task_api;
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -77,6 +104,10 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
 fn main() {
     let mut argv = std::env::args();
     let program = argv.next().unwrap_or_else(|| "peapod-shim".into());
+    // The same code is containerd's runtime v2 shim when run under that name.
+    if containerd::is_program_name(&program) {
+        std::process::exit(containerd::main(argv));
+    }
     if std::env::args().nth(1).as_deref() == Some("--version") {
         println!("peapod-shim {}", env!("CARGO_PKG_VERSION"));
         return;
@@ -173,7 +204,7 @@ fn serve(args: Args) -> i32 {
         }
     };
     runtime.block_on(async move {
-        match service::run(Arc::new(args)).await {
+        match server::run(Arc::new(args)).await {
             Ok(()) => 0,
             Err(err) => {
                 eprintln!("peapod-shim: {err}");

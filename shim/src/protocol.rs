@@ -9,7 +9,7 @@
 //!   in [`attach`].
 
 use serde::{Deserialize, Serialize};
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
 /// `CreateTaskRequest.options`: how the shim wires the container's stdio.
@@ -80,29 +80,9 @@ impl ExitRecord {
     }
 }
 
-/// Replaces `path` with `bytes` so that readers see the old or the new content, never a mix,
-/// and the new content survives a crash once this returns.
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
+/// Kept for the daemon's record store, which imports it from here today; new code calls
+/// `peapod_host::fs::write_file_atomic` directly.
+pub use peapod_host::fs::write_file_atomic;
 
 /// The attach socket's framing: 1 byte kind, 4 bytes big-endian length, then the payload.
 pub mod attach {

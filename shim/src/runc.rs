@@ -1,68 +1,20 @@
-//! The OCI runtime CLI (runc, crun or youki: they share the commands used here).
+//! The real [`RuntimeCli`]: runs runc (or crun, youki: they share these commands).
 //!
 //! Every invocation goes through the [`Reaper`] and has a deadline, so a wedged runtime
-//! cannot hang the shim. Errors carry the runtime's own message.
+//! cannot hang the shim. Errors carry the runtime's own message and exit status.
 
 use crate::reaper::Reaper;
+use crate::runtime_cli::{
+    CreateCommand, ExecCommand, ProcessIo, RuntimeCli, RuntimeCliError, RuntimeStatus,
+    COMMAND_TIMEOUT,
+};
+use async_trait::async_trait;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Longest any runtime command may take before it is killed.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
-
-#[derive(Debug, thiserror::Error)]
-pub enum RuncError {
-    #[error("{runtime} {command}: {message}")]
-    Failed {
-        runtime: String,
-        command: String,
-        message: String,
-    },
-    #[error("{runtime} {command} did not finish within {COMMAND_TIMEOUT:?}")]
-    Timeout { runtime: String, command: String },
-    #[error("cannot run {runtime}: {source}")]
-    Spawn {
-        runtime: String,
-        source: std::io::Error,
-    },
-}
-
-impl RuncError {
-    /// The runtime does not know the container (already deleted, never created).
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, RuncError::Failed { message, .. }
-            if message.contains("does not exist") || message.contains("not found"))
-    }
-
-    /// The container or process is not running any more.
-    pub fn is_not_running(&self) -> bool {
-        matches!(self, RuncError::Failed { message, .. }
-            if message.contains("not running") || message.contains("already finished")
-                || message.contains("process already"))
-    }
-}
-
-/// Stdio for the process a runtime command starts.
-pub struct ProcessIo {
-    pub stdin: Stdio,
-    pub stdout: Stdio,
-    pub stderr: Stdio,
-}
-
-impl ProcessIo {
-    pub fn null() -> ProcessIo {
-        ProcessIo {
-            stdin: Stdio::null(),
-            stdout: Stdio::null(),
-            stderr: Stdio::null(),
-        }
-    }
-}
 
 pub struct Runc {
     binary: String,
@@ -107,30 +59,35 @@ impl Runc {
         }
     }
 
-    fn base(&self, log: Option<&Path>) -> Command {
+    /// The command line up to and including the subcommand.
+    fn command(&self, subcommand: &str, log: Option<&Path>) -> Command {
         let mut cmd = Command::new(&self.binary);
         cmd.arg("--root").arg(&self.root);
         if let Some(log) = log {
             cmd.arg("--log").arg(log).args(["--log-format", "json"]);
         }
+        cmd.arg(subcommand);
         cmd
+    }
+
+    fn failed(&self, command: &str, exit_status: i32, message: String) -> RuntimeCliError {
+        RuntimeCliError::Failed {
+            runtime: self.binary.clone(),
+            command: command.to_string(),
+            exit_status,
+            message,
+        }
     }
 
     /// Runs a command to completion; stdout on success, the runtime's message on failure.
     async fn run(
         &self,
+        command: &str,
         mut cmd: Command,
         io: Option<ProcessIo>,
         log: Option<&Path>,
-    ) -> Result<String, RuncError> {
-        // The subcommand is the first argument after the global flags (see `base`).
-        let skip = if log.is_some() { 6 } else { 2 };
-        let command = cmd
-            .get_args()
-            .nth(skip)
-            .map(|a| a.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let spawn_err = |source| RuncError::Spawn {
+    ) -> Result<String, RuntimeCliError> {
+        let spawn_err = |source| RuntimeCliError::Spawn {
             runtime: self.binary.clone(),
             source,
         };
@@ -156,9 +113,9 @@ impl Runc {
             Err(_) => {
                 // SAFETY: kill has no memory-safety preconditions.
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                return Err(RuncError::Timeout {
+                return Err(RuntimeCliError::Timeout {
                     runtime: self.binary.clone(),
-                    command,
+                    command: command.to_string(),
                 });
             }
         };
@@ -180,117 +137,136 @@ impl Runc {
                     s.to_string()
                 }
             });
-        Err(RuncError::Failed {
-            runtime: self.binary.clone(),
-            command,
-            message,
-        })
+        Err(self.failed(command, code, message))
     }
 
-    /// `create`: sets the container up, its init process waiting for `start`. With `start`,
-    /// `run --detach` instead: created and started in one runtime invocation.
-    pub async fn create(
-        &self,
-        id: &str,
-        bundle: &Path,
-        pid_file: &Path,
-        console_socket: Option<&Path>,
-        io: ProcessIo,
-        start: bool,
-    ) -> Result<(), RuncError> {
-        let log = bundle.join("runtime.log");
-        let _ = std::fs::remove_file(&log);
-        let mut cmd = self.base(Some(&log));
-        if start {
-            cmd.arg("run").arg("--detach");
-        } else {
-            cmd.arg("create");
+    async fn simple(&self, subcommand: &str, args: &[&str]) -> Result<String, RuntimeCliError> {
+        let mut cmd = self.command(subcommand, None);
+        cmd.args(args);
+        self.run(subcommand, cmd, None, None).await
+    }
+
+    fn read_pid(&self, command: &str, pid_file: &Path) -> Result<u32, RuntimeCliError> {
+        std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .ok_or_else(|| RuntimeCliError::NoPidFile {
+                runtime: self.binary.clone(),
+                command: command.to_string(),
+                path: pid_file.to_path_buf(),
+            })
+    }
+
+    fn bad_output(&self, command: &str, message: impl std::fmt::Display) -> RuntimeCliError {
+        RuntimeCliError::BadOutput {
+            runtime: self.binary.clone(),
+            command: command.to_string(),
+            message: message.to_string(),
         }
-        cmd.arg("--bundle").arg(bundle);
-        cmd.arg("--pid-file").arg(pid_file);
-        if let Some(sock) = console_socket {
+    }
+
+    /// Whether the runtime lists a container `id` (`list --format json`: an array of states,
+    /// or `null` when there are none).
+    async fn lists(&self, id: &str) -> Result<bool, RuntimeCliError> {
+        let out = self.simple("list", &["--format", "json"]).await?;
+        let listed: Option<Vec<serde_json::Value>> =
+            serde_json::from_str(out.trim()).map_err(|e| self.bad_output("list", e))?;
+        Ok(listed.unwrap_or_default().iter().any(|c| c["id"] == id))
+    }
+}
+
+#[async_trait]
+impl RuntimeCli for Runc {
+    async fn create(&self, id: &str, c: CreateCommand<'_>) -> Result<u32, RuntimeCliError> {
+        let log = c.bundle.join("runtime.log");
+        let _ = std::fs::remove_file(&log);
+        let subcommand = if c.start { "run" } else { "create" };
+        let mut cmd = self.command(subcommand, Some(&log));
+        if c.start {
+            cmd.arg("--detach");
+        }
+        cmd.arg("--bundle").arg(c.bundle);
+        cmd.arg("--pid-file").arg(c.pid_file);
+        if let Some(sock) = c.console_socket {
             cmd.arg("--console-socket").arg(sock);
         }
         cmd.arg(id);
-        self.run(cmd, Some(io), Some(&log)).await.map(|_| ())
+        self.run(subcommand, cmd, Some(c.io), Some(&log)).await?;
+        self.read_pid(subcommand, c.pid_file)
     }
 
-    pub async fn start(&self, id: &str) -> Result<(), RuncError> {
-        let mut cmd = self.base(None);
-        cmd.args(["start", id]);
-        self.run(cmd, None, None).await.map(|_| ())
+    async fn start(&self, id: &str) -> Result<(), RuntimeCliError> {
+        self.simple("start", &[id]).await.map(drop)
     }
 
-    pub async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), RuncError> {
-        let mut cmd = self.base(None);
-        cmd.arg("kill");
-        if all {
-            cmd.arg("--all");
+    async fn state(&self, id: &str) -> Result<Option<RuntimeStatus>, RuntimeCliError> {
+        match self.simple("state", &[id]).await {
+            Ok(out) => {
+                let v: serde_json::Value =
+                    serde_json::from_str(out.trim()).map_err(|e| self.bad_output("state", e))?;
+                let status = v["status"]
+                    .as_str()
+                    .ok_or_else(|| self.bad_output("state", "no status"))?;
+                Ok(Some(RuntimeStatus::parse(status)))
+            }
+            // `state` fails the same way for "no such container" and for real trouble; the
+            // list of containers tells the two apart without reading the message.
+            Err(err @ RuntimeCliError::Failed { .. }) => match self.lists(id).await {
+                Ok(false) => Ok(None),
+                Ok(true) | Err(_) => Err(err),
+            },
+            Err(err) => Err(err),
         }
-        cmd.arg(id).arg(signal.to_string());
-        self.run(cmd, None, None).await.map(|_| ())
     }
 
-    pub async fn delete(&self, id: &str, force: bool) -> Result<(), RuncError> {
-        let mut cmd = self.base(None);
-        cmd.arg("delete");
-        if force {
-            cmd.arg("--force");
-        }
-        cmd.arg(id);
-        self.run(cmd, None, None).await.map(|_| ())
+    async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), RuntimeCliError> {
+        let signal = signal.to_string();
+        let args: &[&str] = if all {
+            &["--all", id, &signal]
+        } else {
+            &[id, &signal]
+        };
+        self.simple("kill", args).await.map(drop)
     }
 
-    /// `exec --detach`: the process is reparented to the shim, which reaps it.
-    pub async fn exec(
-        &self,
-        id: &str,
-        process_json: &Path,
-        pid_file: &Path,
-        console_socket: Option<&Path>,
-        io: ProcessIo,
-    ) -> Result<(), RuncError> {
-        let log = process_json.with_extension("log");
+    async fn delete(&self, id: &str, force: bool) -> Result<(), RuntimeCliError> {
+        let args: &[&str] = if force { &["--force", id] } else { &[id] };
+        self.simple("delete", args).await.map(drop)
+    }
+
+    async fn exec(&self, id: &str, c: ExecCommand<'_>) -> Result<u32, RuntimeCliError> {
+        let log = c.process_json.with_extension("log");
         let _ = std::fs::remove_file(&log);
-        let mut cmd = self.base(Some(&log));
-        cmd.arg("exec").arg("--detach");
-        cmd.arg("--process").arg(process_json);
-        cmd.arg("--pid-file").arg(pid_file);
-        if let Some(sock) = console_socket {
+        let mut cmd = self.command("exec", Some(&log));
+        cmd.arg("--detach");
+        cmd.arg("--process").arg(c.process_json);
+        cmd.arg("--pid-file").arg(c.pid_file);
+        if let Some(sock) = c.console_socket {
             cmd.arg("--tty").arg("--console-socket").arg(sock);
         }
         cmd.arg(id);
-        let result = self.run(cmd, Some(io), Some(&log)).await.map(|_| ());
+        let result = self.run("exec", cmd, Some(c.io), Some(&log)).await;
         let _ = std::fs::remove_file(&log);
-        result
+        result?;
+        self.read_pid("exec", c.pid_file)
     }
 
-    pub async fn update(&self, id: &str, resources_json: &Path) -> Result<(), RuncError> {
-        let mut cmd = self.base(None);
-        cmd.arg("update")
-            .arg("--resources")
-            .arg(resources_json)
-            .arg(id);
-        self.run(cmd, None, None).await.map(|_| ())
+    async fn update(&self, id: &str, resources_json: &Path) -> Result<(), RuntimeCliError> {
+        let mut cmd = self.command("update", None);
+        cmd.arg("--resources").arg(resources_json).arg(id);
+        self.run("update", cmd, None, None).await.map(drop)
     }
 
-    pub async fn pause(&self, id: &str) -> Result<(), RuncError> {
-        let mut cmd = self.base(None);
-        cmd.args(["pause", id]);
-        self.run(cmd, None, None).await.map(|_| ())
+    async fn pause(&self, id: &str) -> Result<(), RuntimeCliError> {
+        self.simple("pause", &[id]).await.map(drop)
     }
 
-    pub async fn resume(&self, id: &str) -> Result<(), RuncError> {
-        let mut cmd = self.base(None);
-        cmd.args(["resume", id]);
-        self.run(cmd, None, None).await.map(|_| ())
+    async fn resume(&self, id: &str) -> Result<(), RuntimeCliError> {
+        self.simple("resume", &[id]).await.map(drop)
     }
 
-    /// `ps --format json`: the host pids of the container's processes.
-    pub async fn ps(&self, id: &str) -> Result<Vec<u32>, RuncError> {
-        let mut cmd = self.base(None);
-        cmd.args(["ps", "--format", "json", id]);
-        let out = self.run(cmd, None, None).await?;
+    async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeCliError> {
+        let out = self.simple("ps", &["--format", "json", id]).await?;
         Ok(serde_json::from_str::<Option<Vec<u32>>>(out.trim())
             .ok()
             .flatten()
@@ -315,5 +291,172 @@ not json
             last_logged_error("{\"level\":\"info\",\"msg\":\"x\"}"),
             None
         );
+    }
+
+    /// One test, one reaper: two reapers in one process would reap each other's children.
+    #[tokio::test]
+    async fn the_real_cli_against_a_scripted_runtime() {
+        let reaper = Reaper::start().unwrap();
+        state_tells_unknown_from_failed_by_the_list_of_containers(&reaper).await;
+        create_passes_its_flags_and_reads_the_pid_file(&reaper).await;
+        failures_carry_the_logged_message_and_the_exit_status(&reaper).await;
+    }
+
+    /// A stand-in for runc: a shell script that answers from files in its directory, so the
+    /// real `Runc` (argument building, pid files, error and state classification) runs
+    /// without root. `state-ID` holds `runc state` output, `list` the `runc list` output,
+    /// `fail-CMD` makes CMD log an error and exit 3.
+    const SCRIPT: &str = r#"#!/bin/sh
+dir=$(dirname "$0")
+echo "$@" >> "$dir/calls"
+log=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --root|--log-format) shift 2 ;;
+    --log) log=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+cmd=$1; shift
+if [ -f "$dir/fail-$cmd" ]; then
+  line='{"level":"error","msg":"'"$cmd"' went wrong","time":"x"}'
+  if [ -n "$log" ]; then echo "$line" >> "$log"; else echo "$line" >&2; fi
+  exit 3
+fi
+case "$cmd" in
+  state)
+    id=$1
+    [ -f "$dir/state-$id" ] || { echo "no such container" >&2; exit 1; }
+    cat "$dir/state-$id" ;;
+  list) cat "$dir/list" ;;
+  create|run|exec)
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --pid-file) [ -f "$dir/no-pid" ] || echo 4242 > "$2"; shift 2 ;;
+        *) shift ;;
+      esac
+    done ;;
+  ps) echo '[7,8]' ;;
+esac
+exit 0
+"#;
+
+    fn fake_runc(dir: &Path, reaper: &Arc<Reaper>) -> Runc {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = dir.join("runc");
+        std::fs::write(&bin, SCRIPT).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("list"), "null\n").unwrap();
+        Runc::new(
+            bin.to_string_lossy().into_owned(),
+            dir.join("root"),
+            reaper.clone(),
+        )
+    }
+
+    fn calls(dir: &Path) -> Vec<String> {
+        std::fs::read_to_string(dir.join("calls"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    async fn state_tells_unknown_from_failed_by_the_list_of_containers(reaper: &Arc<Reaper>) {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(dir.path(), reaper);
+        std::fs::write(
+            dir.path().join("state-c1"),
+            r#"{"id":"c1","status":"paused"}"#,
+        )
+        .unwrap();
+        assert_eq!(runc.state("c1").await.unwrap(), Some(RuntimeStatus::Paused));
+        // `state` fails and `list` does not have it: the runtime does not know it.
+        assert_eq!(runc.state("c2").await.unwrap(), None);
+        // `state` fails but `list` has it: a real failure, kept as the error.
+        std::fs::write(
+            dir.path().join("list"),
+            r#"[{"id":"c2","status":"running"}]"#,
+        )
+        .unwrap();
+        let err = runc.state("c2").await.unwrap_err();
+        assert!(
+            matches!(err, RuntimeCliError::Failed { exit_status: 1, .. }),
+            "{err}"
+        );
+        // A list we cannot read is not taken for "unknown".
+        std::fs::write(dir.path().join("list"), "garbage").unwrap();
+        assert!(runc.state("c3").await.is_err());
+    }
+
+    async fn create_passes_its_flags_and_reads_the_pid_file(reaper: &Arc<Reaper>) {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(dir.path(), reaper);
+        let bundle = dir.path().join("bundle");
+        std::fs::create_dir(&bundle).unwrap();
+        let pid_file = bundle.join("init.pid");
+        let create = |start| CreateCommand {
+            bundle: &bundle,
+            pid_file: &pid_file,
+            console_socket: None,
+            io: ProcessIo::null(),
+            start,
+        };
+        assert_eq!(runc.create("c1", create(true)).await.unwrap(), 4242);
+        let root = dir.path().join("root");
+        let log = bundle.join("runtime.log");
+        assert_eq!(
+            calls(dir.path()),
+            vec![format!(
+                "--root {} --log {} --log-format json run --detach --bundle {} --pid-file {} c1",
+                root.display(),
+                log.display(),
+                bundle.display(),
+                pid_file.display()
+            )]
+        );
+        std::fs::remove_file(&pid_file).unwrap();
+        std::fs::write(dir.path().join("no-pid"), "").unwrap();
+        let err = runc.create("c1", create(false)).await.unwrap_err();
+        assert!(matches!(err, RuntimeCliError::NoPidFile { .. }), "{err}");
+    }
+
+    async fn failures_carry_the_logged_message_and_the_exit_status(reaper: &Arc<Reaper>) {
+        let dir = tempfile::tempdir().unwrap();
+        let runc = fake_runc(dir.path(), reaper);
+        std::fs::write(dir.path().join("fail-kill"), "").unwrap();
+        match runc.kill("c1", 9, true).await.unwrap_err() {
+            RuntimeCliError::Failed {
+                command,
+                exit_status,
+                message,
+                ..
+            } => {
+                assert_eq!((command.as_str(), exit_status), ("kill", 3));
+                assert_eq!(message, "kill went wrong");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(calls(dir.path())[0].ends_with("kill --all c1 9"));
+        // Through the --log file for commands that have one.
+        std::fs::write(dir.path().join("fail-exec"), "").unwrap();
+        let spec = dir.path().join("exec-e1.json");
+        std::fs::write(&spec, "{}").unwrap();
+        let err = runc
+            .exec(
+                "c1",
+                ExecCommand {
+                    process_json: &spec,
+                    pid_file: &dir.path().join("exec-e1.pid"),
+                    console_socket: None,
+                    io: ProcessIo::null(),
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().ends_with("exec: exec went wrong"), "{err}");
+        // The exec's log is removed however it ends.
+        assert!(!dir.path().join("exec-e1.log").exists());
+        assert_eq!(runc.ps("c1").await.unwrap(), vec![7, 8]);
     }
 }

@@ -7,7 +7,7 @@
 
 use crate::console::{self, AsyncFile, ConsoleSocket};
 use crate::logio::{CriLog, Stream};
-use crate::runc::ProcessIo;
+use crate::runtime_cli::ProcessIo;
 use peapod_shim::protocol::attach::{ClientFrame, ServerFrame};
 use std::ffi::CString;
 use std::io;

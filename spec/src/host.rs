@@ -6,7 +6,7 @@
 //! the [`HostPaths`] trait. [`HostFacts::detect`] and [`RealHost`] are the real
 //! implementations for the daemon; tests use plain values and fakes.
 
-use crate::caps::{canonical_capability, capabilities_from_mask};
+use crate::caps::capabilities_from_mask;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -176,15 +176,6 @@ impl HostFacts {
             host_devices: host_devices().unwrap_or_default(),
             rro_supported: runtime_rro && release_at_least(&release, 5, 12),
         }
-    }
-
-    /// The bounding set with unknown names dropped, in canonical spelling.
-    pub fn canonical_bounding_caps(&self) -> Vec<String> {
-        self.bounding_caps
-            .iter()
-            .filter_map(|c| canonical_capability(c))
-            .map(str::to_string)
-            .collect()
     }
 }
 

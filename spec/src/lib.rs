@@ -165,10 +165,7 @@ pub fn kernel_mounts(privileged: bool) -> Result<Vec<oci_spec::runtime::Mount>> 
     mounts::default_mounts(privileged)
         .into_iter()
         .filter(|m| m["destination"] != "/dev/shm")
-        .map(|m| {
-            serde_json::from_value(m)
-                .map_err(|e| SpecError::Internal(format!("default mount: {e}")))
-        })
+        .map(|m| serde_json::from_value(m).map_err(|e| SpecError::internal("default mount", e)))
         .collect()
 }
 

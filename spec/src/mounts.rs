@@ -298,7 +298,7 @@ pub(crate) fn container_mounts(inp: &MountInputs<'_>, paths: &dyn HostPaths) -> 
         });
         if let (true, Some(label)) = (b.relabel, inp.mount_label) {
             paths.relabel(&source, label).map_err(|e| {
-                SpecError::internal(format!("relabel {} with {label}: {e}", source.display()))
+                SpecError::internal(format!("relabel {} with {label}", source.display()), e)
             })?;
         }
         mounts.push(json!({
@@ -316,10 +316,13 @@ pub(crate) fn container_mounts(inp: &MountInputs<'_>, paths: &dyn HostPaths) -> 
 
 fn host_propagation(paths: &dyn HostPaths, source: &Path, b: &Bind) -> Result<HostPropagation> {
     paths.propagation(source).map_err(|e| {
-        SpecError::internal(format!(
-            "{}: cannot read the propagation of {}: {e}",
-            field(b.cri_index.unwrap_or(0), "propagation"),
-            source.display()
-        ))
+        SpecError::internal(
+            format!(
+                "{}: cannot read the propagation of {}",
+                field(b.cri_index.unwrap_or(0), "propagation"),
+                source.display()
+            ),
+            e,
+        )
     })
 }

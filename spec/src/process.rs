@@ -188,7 +188,7 @@ pub fn exec_process(base: &Spec, cmd: &[String], tty: bool) -> Result<Process> {
     let mut process = base
         .process()
         .clone()
-        .ok_or_else(|| SpecError::internal("the container's runtime spec has no process"))?;
+        .ok_or_else(|| SpecError::internal("the container's runtime spec", "it has no process"))?;
     process.set_args(Some(cmd.to_vec()));
     process.set_command_line(None);
     process.set_terminal(Some(tty));

@@ -102,7 +102,7 @@ pub(crate) fn resources_json(
 /// mapping. Device rules are not included.
 pub fn linux_resources(r: &LinuxContainerResources, host: &HostFacts) -> Result<LinuxResources> {
     serde_json::from_value(Value::Object(resources_json(r, host)?))
-        .map_err(|e| SpecError::internal(format!("linux.resources: {e}")))
+        .map_err(|e| SpecError::internal("linux.resources", e))
 }
 
 /// The process oom_score_adj for the CRI value: must be in [-1000, 1000]; raised to the

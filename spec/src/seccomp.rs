@@ -657,7 +657,7 @@ pub(crate) fn load_localhost_profile(path: &str) -> Result<Value> {
     }
     let parsed: oci_spec::runtime::LinuxSeccomp = serde_json::from_value(v.clone())
         .map_err(|e| SpecError::invalid(format!("{field}: not a seccomp profile: {e}")))?;
-    serde_json::to_value(parsed).map_err(|e| SpecError::internal(format!("{field}: {e}")))
+    serde_json::to_value(parsed).map_err(|e| SpecError::internal(field, e))
 }
 
 #[cfg(test)]

@@ -153,8 +153,7 @@ fn annotations_json(inputs: &ContainerInputs<'_>) -> Map<String, Value> {
 }
 
 pub(crate) fn build(inputs: &ContainerInputs<'_>) -> Result<Spec> {
-    serde_json::from_value(build_value(inputs)?)
-        .map_err(|e| SpecError::internal(format!("runtime spec: {e}")))
+    serde_json::from_value(build_value(inputs)?).map_err(|e| SpecError::internal("runtime spec", e))
 }
 
 /// The spec as JSON, before it is parsed into the OCI type (tests compare the two).
@@ -340,8 +339,7 @@ pub(crate) fn sort_capabilities(v: &mut Value) {
 /// The spec as `config.json` bytes, with capability sets sorted so the same spec always
 /// serializes the same (oci-spec keeps them in hash sets).
 pub fn spec_json(spec: &Spec) -> Result<Vec<u8>> {
-    let mut v = serde_json::to_value(spec)
-        .map_err(|e| SpecError::internal(format!("runtime spec: {e}")))?;
+    let mut v = serde_json::to_value(spec).map_err(|e| SpecError::internal("runtime spec", e))?;
     sort_capabilities(&mut v);
-    serde_json::to_vec_pretty(&v).map_err(|e| SpecError::internal(format!("runtime spec: {e}")))
+    serde_json::to_vec_pretty(&v).map_err(|e| SpecError::internal("runtime spec", e))
 }

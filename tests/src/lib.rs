@@ -1,6 +1,7 @@
 //! Support for peapod's integration tests: a real daemon per test, with its own directories,
 //! socket, CNI bridge, subnet and cgroup parent, driven over its CRI socket.
 
+pub mod containerd;
 pub mod daemon;
 pub mod fixtures;
 pub mod host;

@@ -1,13 +1,11 @@
 //! CreateContainer.
 
-use super::rootfs_files::read_in_root;
-use super::{name_of, spec_error};
+use super::name_of;
+use super::{host_facts, ContainerService};
 use crate::cgroups;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use crate::store::container::{Container, ContainerRecord, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxState};
-use crate::store::table::Entry;
 use peapod_proto::v1::{ContainerConfig, ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
 use peapod_shim::timefmt;
@@ -69,29 +67,27 @@ fn image_config(c: &peapod_image::ImageConfig) -> peapod_spec::ImageConfig {
 }
 
 fn remove_dir(path: &Path) {
-    if let Err(e) = std::fs::remove_dir_all(path) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(path = %path.display(), error = %e, "removing a container directory");
-        }
+    if let Err(e) = peapod_host::fs::remove_dir_all_if_exists(path) {
+        tracing::warn!(path = %path.display(), error = %e, "removing a container directory");
     }
 }
 
-impl Runtime {
+impl ContainerService {
     /// CreateContainer. On failure nothing of the container is left and its name is free.
-    pub async fn create_container(self: &Arc<Self>, req: CreateContainer) -> Result<String> {
+    pub async fn create(self: &Arc<Self>, req: CreateContainer) -> Result<String> {
         validate(&req.config)?;
-        let sandbox = self.sandboxes().resolve(&req.sandbox_id)?;
+        let sandbox = self.sandboxes.read().resolve(&req.sandbox_id)?;
         let srec = sandbox.get();
         if srec.state != SandboxState::Ready {
-            return Err(Error::FailedPrecondition(format!(
+            return Err(Error::failed_precondition(format!(
                 "pod sandbox {} is not ready",
                 srec.id
             )));
         }
         let name = name_of(&req.config, &srec.config);
         let id = {
-            let sandboxes = self.sandboxes();
-            let mut containers = self.containers_mut();
+            let sandboxes = self.sandboxes.read();
+            let mut containers = self.containers.write();
             let id = containers.ids.generate_unique(&sandboxes.ids);
             containers.names.reserve(&name, &id, "container")?;
             id
@@ -104,23 +100,25 @@ impl Runtime {
             .await
         {
             Ok(entry) => {
-                self.containers_mut().insert(entry);
-                self.emit(&id, &srec.id, ContainerEventType::ContainerCreatedEvent);
+                self.containers.write().insert(entry);
+                self.events
+                    .emit(&id, &srec.id, ContainerEventType::ContainerCreatedEvent);
                 tracing::info!("container created");
                 Ok(id)
             }
             Err(err) => {
                 tracing::warn!(error = %err, "CreateContainer failed; removing what it made");
                 self.unmake_container(&id, &srec, &made).await;
-                self.containers_mut().names.release(&name, &id);
+                self.containers.write().names.release(&name, &id);
                 Err(err)
             }
         }
     }
 
     async fn unmake_container(&self, id: &str, srec: &SandboxRecord, made: &Made) {
+        self.processes.forget(id);
         if made.shim_task {
-            if let Ok(shim) = self.shims.get(&srec.id, &srec.shim_socket).await {
+            if let Ok(shim) = self.shims.get(&srec.id).await {
                 if let Err(e) = shim.delete(id, "").await {
                     tracing::warn!(error = %e, "deleting a half-created container task");
                 }
@@ -131,8 +129,8 @@ impl Runtime {
                 tracing::warn!(error = %e, "removing a half-created rootfs");
             }
         }
-        remove_dir(&self.container_state_dir(id));
-        remove_dir(&self.container_root_dir(id));
+        remove_dir(&self.paths.container_state_dir(id));
+        remove_dir(&self.paths.container_root_dir(id));
     }
 
     async fn make_container(
@@ -152,11 +150,11 @@ impl Runtime {
             Error::not_found(format!("image {image_ref:?} not found; pull it first"))
         })?;
         let img_cfg = image_config(&image.config);
-        let stop_signal = peapod_spec::stop_signal(&img_cfg).map_err(spec_error)?;
-        let user_req = peapod_spec::user_to_resolve(&config, &img_cfg).map_err(spec_error)?;
+        let stop_signal = peapod_spec::stop_signal(&img_cfg).map_err(Error::from)?;
+        let user_req = peapod_spec::user_to_resolve(&config, &img_cfg).map_err(Error::from)?;
 
-        let bundle = self.container_state_dir(id);
-        let root_dir = self.container_root_dir(id);
+        let bundle = self.paths.container_state_dir(id);
+        let root_dir = self.paths.container_root_dir(id);
         for dir in [&bundle, &root_dir] {
             std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
         }
@@ -166,12 +164,12 @@ impl Runtime {
             .await?;
         made.rootfs = Some(rootfs.clone());
 
-        let passwd = read_in_root(&rootfs, "etc/passwd")
+        let passwd = peapod_host::rootfs::read_account_file(&rootfs, "etc/passwd")
             .map_err(|e| Error::io("read the image's /etc/passwd", e))?;
-        let group = read_in_root(&rootfs, "etc/group")
+        let group = peapod_host::rootfs::read_account_file(&rootfs, "etc/group")
             .map_err(|e| Error::io("read the image's /etc/group", e))?;
         let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())
-            .map_err(spec_error)?;
+            .map_err(Error::from)?;
 
         let log_path = if srec.config.log_directory.is_empty() || config.log_path.is_empty() {
             String::new()
@@ -185,9 +183,8 @@ impl Runtime {
         };
 
         let target_pid = self.target_pid(&config, srec)?;
-        let cgroups_path =
-            cgroups::cgroups_path(self.config.cgroup.driver, &srec.cgroup_parent, id);
-        let host = self.host_facts();
+        let cgroups_path = cgroups::cgroups_path(self.cgroup_driver, &srec.cgroup_parent, id);
+        let host = host_facts();
         let spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
             id,
             config: &config,
@@ -207,10 +204,11 @@ impl Runtime {
             host: &host,
             paths: &peapod_spec::RealHost,
         })
-        .map_err(spec_error)?;
+        .map_err(Error::from)?;
         let config_json = bundle.join("config.json");
         // peapod-spec's writer sorts the capability sets, so a spec always serializes alike.
-        let bytes = peapod_spec::spec_json(&spec).map_err(spec_error)?;
+        let bytes = peapod_spec::spec_json(&spec).map_err(Error::from)?;
+        self.processes.remember(id, &spec);
         std::fs::write(&config_json, bytes).map_err(|e| Error::path("write", &config_json, e))?;
 
         let exit_file = root_dir.join("exit");
@@ -244,11 +242,10 @@ impl Runtime {
             supplemental_groups: user.additional_gids.clone(),
             config,
         };
-        let entry = Entry::new(record);
-        let root = self.root().to_path_buf();
-        entry.update(&root, |_| {})?;
+        let entry = self.containers.entry(record);
+        entry.update(|_| {})?;
 
-        let shim = self.shims.get(&srec.id, &srec.shim_socket).await?;
+        let shim = self.shims.get(&srec.id).await?;
         let rec = entry.get();
         let options = CreateOptions {
             log_path,
@@ -265,7 +262,7 @@ impl Runtime {
         };
         let pid = shim.create(id, &bundle, rec.config.tty, &options).await?;
         made.shim_task = true;
-        entry.update(&root, |r| r.pid = pid)?;
+        entry.update(|r| r.pid = pid)?;
         Ok(entry)
     }
 
@@ -286,7 +283,7 @@ impl Runtime {
             )));
         }
         let target = self
-            .containers()
+            .containers
             .resolve(&ns.target_id)
             .map_err(|_| {
                 Error::invalid(format!("{field}: container {:?} not found", ns.target_id))
@@ -299,15 +296,5 @@ impl Runtime {
             )));
         }
         Ok(Some(target.pid))
-    }
-
-    /// What the spec generation needs to know about this host (detected once).
-    pub fn host_facts(&self) -> peapod_spec::HostFacts {
-        static FACTS: std::sync::OnceLock<peapod_spec::HostFacts> = std::sync::OnceLock::new();
-        let mut facts = FACTS
-            .get_or_init(|| peapod_spec::HostFacts::detect(false))
-            .clone();
-        facts.oom_score_adj_floor = crate::oom::floor();
-        facts
     }
 }

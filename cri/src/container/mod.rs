@@ -1,19 +1,91 @@
-//! Application containers: CreateContainer and the lifecycle after it.
+//! Application containers: [`ContainerService`] owns the container records and serves the
+//! container calls, one file per call (create, start, stop, remove, status, list,
+//! update_resources, reopen_log); `exit` follows each running container to its end.
 //!
-//! The OCI spec itself comes from the pure `peapod-spec` crate; this module gathers its inputs
-//! (sandbox, image, user, rootfs, host facts), hands the bundle to the pod's shim, keeps the
-//! record, and follows the container's exit.
+//! The OCI spec itself comes from the pure `peapod-spec` crate; CreateContainer gathers its
+//! inputs (sandbox, image, user, rootfs, host facts), hands the bundle to the pod's shim and
+//! keeps the record.
 
 mod create;
-mod lifecycle;
-pub mod query;
-mod rootfs_files;
-mod watch;
+mod exit;
+#[cfg(test)]
+mod lifecycle_tests;
+mod list;
+mod process;
+mod remove;
+mod reopen_log;
+mod start;
+mod status;
+mod stop;
+mod update_resources;
 
+use crate::config::CgroupDriver;
 use crate::error::Error;
-use crate::store::container::ContainerRecord;
+use crate::events::Events;
+use crate::images::Images;
+use crate::paths::Paths;
+use crate::shim::Shims;
+use crate::store::container::{ContainerRecord, ContainerRecords};
+use crate::store::sandbox::SandboxRecords;
+use std::sync::Arc;
 
 pub use create::CreateContainer;
+pub use status::verbose_info;
+
+/// The container calls, over the container records and the services they use.
+pub struct ContainerService {
+    containers: Arc<ContainerRecords>,
+    /// Read only: the pod a container is made in.
+    sandboxes: Arc<SandboxRecords>,
+    shims: Arc<dyn Shims>,
+    images: Arc<dyn Images>,
+    events: Arc<Events>,
+    paths: Paths,
+    cgroup_driver: CgroupDriver,
+    /// Each container's process spec, for exec.
+    processes: process::Processes,
+}
+
+/// What a [`ContainerService`] is made of.
+pub struct ContainerDeps {
+    pub containers: Arc<ContainerRecords>,
+    pub sandboxes: Arc<SandboxRecords>,
+    pub shims: Arc<dyn Shims>,
+    pub images: Arc<dyn Images>,
+    pub events: Arc<Events>,
+    pub paths: Paths,
+    pub cgroup_driver: CgroupDriver,
+}
+
+impl ContainerService {
+    pub fn new(d: ContainerDeps) -> ContainerService {
+        ContainerService {
+            containers: d.containers,
+            sandboxes: d.sandboxes,
+            shims: d.shims,
+            images: d.images,
+            events: d.events,
+            paths: d.paths,
+            cgroup_driver: d.cgroup_driver,
+            processes: Default::default(),
+        }
+    }
+
+    /// The container records, for the calls that only read them (exec, stats).
+    pub fn records(&self) -> &ContainerRecords {
+        &self.containers
+    }
+}
+
+/// What the spec generation needs to know about this host (detected once).
+pub fn host_facts() -> peapod_spec::HostFacts {
+    static FACTS: std::sync::OnceLock<peapod_spec::HostFacts> = std::sync::OnceLock::new();
+    let mut facts = FACTS
+        .get_or_init(|| peapod_spec::HostFacts::detect(false))
+        .clone();
+    facts.oom_score_adj_floor = crate::oom::floor();
+    facts
+}
 
 /// `<container>_<pod>_<namespace>_<pod uid>_<attempt>`, as the kubelet builds container names.
 pub fn name_of(
@@ -39,15 +111,8 @@ pub fn exit_reason(code: i32, oom_killed: bool) -> &'static str {
     }
 }
 
-pub(crate) fn spec_error(e: peapod_spec::SpecError) -> Error {
-    match e {
-        peapod_spec::SpecError::InvalidArgument(m) => Error::InvalidArgument(m),
-        other => Error::Internal(other.to_string()),
-    }
-}
-
 fn not_running(rec: &ContainerRecord, what: &str) -> Error {
-    Error::FailedPrecondition(format!(
+    Error::failed_precondition(format!(
         "container {} is {:?}, not running: cannot {what}",
         rec.id, rec.state
     ))

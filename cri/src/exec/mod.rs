@@ -1,17 +1,22 @@
-//! Running processes in containers: ExecSync, and the sessions of the streaming server
-//! (exec, attach, port-forward).
+//! Running processes in containers: [`ExecService`] serves ExecSync (`exec_sync`) and the
+//! sessions of the streaming server (`exec_session`, `attach`, `port_forward`; `streaming`
+//! is the server's side of them).
 //!
 //! An exec'd process gets FIFOs the daemon makes and opens first (the shim opens the other
 //! ends and hands them to `runc exec`), so the daemon sees the output without the shim
 //! copying it. If the daemon's side goes away mid-session (a client disconnected, a timeout),
 //! the [`ExecGuard`] kills the process so that nothing is left behind.
 
-pub mod session;
+mod attach;
+mod exec_session;
+mod exec_sync;
+mod port_forward;
 pub mod streaming;
 
+use crate::container::ContainerService;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
-use crate::shim::ShimClient;
+use crate::sandbox::SandboxService;
+use crate::shim::{Shim, Shims};
 use crate::store::container::{ContainerRecord, ContainerState};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -95,14 +100,14 @@ impl Drop for Fifos {
 /// Kills and forgets an exec'd process unless disarmed: the owner may be dropped at any
 /// await (client gone, deadline), and the process must not outlive it.
 pub(crate) struct ExecGuard {
-    shim: Arc<ShimClient>,
+    shim: Arc<dyn Shim>,
     container_id: String,
     exec_id: String,
     armed: bool,
 }
 
 impl ExecGuard {
-    pub fn new(shim: Arc<ShimClient>, container_id: &str, exec_id: &str) -> ExecGuard {
+    pub fn new(shim: Arc<dyn Shim>, container_id: &str, exec_id: &str) -> ExecGuard {
         ExecGuard {
             shim,
             container_id: container_id.to_string(),
@@ -185,130 +190,59 @@ pub(crate) fn new_exec_id() -> String {
     crate::ids::generate()[..16].to_string()
 }
 
-impl Runtime {
+/// What every exec starts from: the running container, its process for the command, its
+/// pod's shim and a fresh exec id.
+pub(crate) struct Prepared {
+    pub rec: ContainerRecord,
+    pub process: Vec<u8>,
+    pub shim: Arc<dyn Shim>,
+    pub exec_id: String,
+}
+
+/// Exec, attach and port-forward, over the containers and pods they reach into.
+pub struct ExecService {
+    containers: Arc<ContainerService>,
+    sandboxes: Arc<SandboxService>,
+    shims: Arc<dyn Shims>,
+}
+
+impl ExecService {
+    pub fn new(
+        containers: Arc<ContainerService>,
+        sandboxes: Arc<SandboxService>,
+        shims: Arc<dyn Shims>,
+    ) -> ExecService {
+        ExecService {
+            containers,
+            sandboxes,
+            shims,
+        }
+    }
+
     /// The running container an exec targets.
-    pub(crate) fn running_container(&self, id: &str) -> Result<ContainerRecord> {
-        let rec = self.containers().resolve(id)?.get();
+    async fn prepare(&self, id: &str, cmd: &[String], tty: bool) -> Result<Prepared> {
+        if cmd.is_empty() {
+            return Err(Error::invalid("cmd is required"));
+        }
+        let rec = self.running_container(id)?;
+        let process = self.containers.exec_process_json(&rec, cmd, tty)?;
+        let shim = self.shims.get(&rec.sandbox_id).await?;
+        Ok(Prepared {
+            rec,
+            process,
+            shim,
+            exec_id: new_exec_id(),
+        })
+    }
+
+    pub fn running_container(&self, id: &str) -> Result<ContainerRecord> {
+        let rec = self.containers.records().read().resolve(id)?.get();
         if rec.state != ContainerState::Running {
-            return Err(Error::FailedPrecondition(format!(
+            return Err(Error::failed_precondition(format!(
                 "container {} is {:?}, not running",
                 rec.id, rec.state
             )));
         }
         Ok(rec)
-    }
-
-    /// The OCI process for `cmd` in a container: its own process with the args replaced.
-    pub(crate) fn exec_process_json(
-        &self,
-        rec: &ContainerRecord,
-        cmd: &[String],
-        tty: bool,
-    ) -> Result<Vec<u8>> {
-        let path = rec.bundle.join("config.json");
-        let spec = oci_spec::runtime::Spec::load(&path)
-            .map_err(|e| Error::Internal(format!("read {}: {e}", path.display())))?;
-        let process =
-            peapod_spec::exec_process(&spec, cmd, tty).map_err(super::container::spec_error)?;
-        serde_json::to_vec(&process)
-            .map_err(|e| Error::Internal(format!("encode exec process: {e}")))
-    }
-
-    /// ExecSync: runs `cmd`, returns its output and exit code; past `timeout_s` (0: none) the
-    /// process is killed and DeadlineExceeded returned.
-    pub async fn exec_sync(
-        self: &Arc<Self>,
-        id: &str,
-        cmd: Vec<String>,
-        timeout_s: i64,
-    ) -> Result<ExecOutput> {
-        if cmd.is_empty() {
-            return Err(Error::invalid("cmd is required"));
-        }
-        let rec = self.running_container(id)?;
-        let process = self.exec_process_json(&rec, &cmd, false)?;
-        let shim = self.shim_for(&rec.sandbox_id).await?;
-        let exec_id = new_exec_id();
-        let fifos = Fifos::create(&rec.bundle.join("exec"), &exec_id, false, true, true)?;
-        let open = |p: &Option<PathBuf>| -> Result<tokio::net::unix::pipe::Receiver> {
-            let path = p
-                .as_ref()
-                .ok_or_else(|| Error::Internal("fifo missing".into()))?;
-            tokio::net::unix::pipe::OpenOptions::new()
-                .open_receiver(path)
-                .map_err(|e| Error::path("open fifo", path, e))
-        };
-        let (out_rx, err_rx) = (open(&fifos.stdout)?, open(&fifos.stderr)?);
-        shim.exec(
-            &rec.id,
-            &exec_id,
-            process,
-            false,
-            "",
-            &Fifos::path_str(&fifos.stdout),
-            &Fifos::path_str(&fifos.stderr),
-        )
-        .await?;
-        let guard = ExecGuard::new(shim.clone(), &rec.id, &exec_id);
-        shim.start(&rec.id, &exec_id).await?;
-        // Readers start only now: a FIFO read with no writer yet would be an immediate EOF.
-        let (out_buf, err_buf) = (
-            Arc::new(Mutex::new(Vec::new())),
-            Arc::new(Mutex::new(Vec::new())),
-        );
-        let out_task = tokio::spawn(read_capped(out_rx, out_buf.clone(), MAX_EXEC_SYNC_OUTPUT));
-        let err_task = tokio::spawn(read_capped(err_rx, err_buf.clone(), MAX_EXEC_SYNC_OUTPUT));
-        let waited = if timeout_s > 0 {
-            match tokio::time::timeout(
-                Duration::from_secs(timeout_s as u64),
-                shim.wait(&rec.id, &exec_id),
-            )
-            .await
-            {
-                Ok(w) => w,
-                Err(_) => {
-                    out_task.abort();
-                    err_task.abort();
-                    guard.kill_and_finish().await;
-                    return Err(Error::DeadlineExceeded(format!(
-                        "command {cmd:?} in container {} timed out after {timeout_s}s",
-                        rec.id
-                    )));
-                }
-            }
-        } else {
-            shim.wait(&rec.id, &exec_id).await
-        };
-        let exit = waited?;
-        let mut dropped = [0usize; 2];
-        for (i, task) in [out_task, err_task].into_iter().enumerate() {
-            let abort = task.abort_handle();
-            match tokio::time::timeout(OUTPUT_GRACE, task).await {
-                Ok(Ok(n)) => dropped[i] = n,
-                _ => abort.abort(),
-            }
-        }
-        guard.finish().await;
-        drop(fifos);
-        let take = |b: Arc<Mutex<Vec<u8>>>| {
-            std::mem::take(&mut *b.lock().unwrap_or_else(|p| p.into_inner()))
-        };
-        let mut out = ExecOutput {
-            stdout: take(out_buf),
-            stderr: take(err_buf),
-            exit_code: exit.code as i32,
-        };
-        for (i, name) in ["stdout", "stderr"].iter().enumerate() {
-            if dropped[i] > 0 {
-                out.stderr.extend_from_slice(
-                    format!(
-                        "\npeapod: {name} truncated: {} bytes past the {MAX_EXEC_SYNC_OUTPUT}-byte limit were dropped\n",
-                        dropped[i]
-                    )
-                    .as_bytes(),
-                );
-            }
-        }
-        Ok(out)
     }
 }

@@ -32,16 +32,16 @@ impl NetworkList {
     /// Parses `.conflist` or `.conf` JSON text.
     pub fn parse(text: &str, source: &str) -> Result<NetworkList> {
         let v: Value = serde_json::from_str(text)
-            .map_err(|e| Error::Network(format!("{source}: invalid JSON: {e}")))?;
+            .map_err(|e| network_error_from(format!("{source}: invalid JSON"), e))?;
         let name = v["name"]
             .as_str()
             .filter(|n| !n.is_empty())
-            .ok_or_else(|| Error::Network(format!("{source}: no network name")))?
+            .ok_or_else(|| network_error(format!("{source}: no network name")))?
             .to_string();
         let cni_version = v["cniVersion"].as_str().unwrap_or("0.4.0").to_string();
         let plugins = match v.get("plugins") {
             Some(Value::Array(list)) => list.clone(),
-            Some(_) => return Err(Error::Network(format!("{source}: plugins is not a list"))),
+            Some(_) => return Err(network_error(format!("{source}: plugins is not a list"))),
             None => {
                 let mut single = v.clone();
                 if let Some(o) = single.as_object_mut() {
@@ -52,11 +52,11 @@ impl NetworkList {
             }
         };
         if plugins.is_empty() {
-            return Err(Error::Network(format!("{source}: no plugins")));
+            return Err(network_error(format!("{source}: no plugins")));
         }
         for p in &plugins {
             if p["type"].as_str().is_none_or(str::is_empty) {
-                return Err(Error::Network(format!("{source}: a plugin has no type")));
+                return Err(network_error(format!("{source}: a plugin has no type")));
             }
         }
         Ok(NetworkList {
@@ -212,7 +212,7 @@ fn plugin_error(
             (!s.is_empty()).then_some(s)
         })
         .unwrap_or_else(|| format!("exit status {}", code.unwrap_or(-1)));
-    Error::Network(format!(
+    network_error(format!(
         "plugin {plugin} failed ({}): {msg}",
         command.as_str()
     ))
@@ -227,7 +227,7 @@ impl Invoker {
     ) -> Result<Value> {
         let plugin = plugin_conf["type"].as_str().unwrap_or_default().to_string();
         let binary = find_plugin(&self.bin_dirs, &plugin).ok_or_else(|| {
-            Error::Network(format!(
+            network_error(format!(
                 "CNI plugin {plugin:?} not found in {}",
                 self.bin_dirs
                     .iter()
@@ -263,7 +263,7 @@ impl Invoker {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| Error::Network(format!("run CNI plugin {}: {e}", binary.display())))?;
+            .map_err(|e| network_error_from(format!("run CNI plugin {}", binary.display()), e))?;
         let input = serde_json::to_vec(plugin_conf).unwrap_or_default();
         if let Some(mut stdin) = child.stdin.take() {
             let _ = stdin.write_all(&input).await;
@@ -271,13 +271,13 @@ impl Invoker {
         let output = tokio::time::timeout(self.timeout, child.wait_with_output())
             .await
             .map_err(|_| {
-                Error::Network(format!(
+                network_error(format!(
                     "plugin {plugin} ({}) did not finish within {:?}",
                     command.as_str(),
                     self.timeout
                 ))
             })?
-            .map_err(|e| Error::Network(format!("wait for CNI plugin {plugin}: {e}")))?;
+            .map_err(|e| network_error_from(format!("wait for CNI plugin {plugin}"), e))?;
         if !output.status.success() {
             return Err(plugin_error(
                 &plugin,
@@ -288,7 +288,7 @@ impl Invoker {
             ));
         }
         if output.stdout.len() > MAX_OUTPUT {
-            return Err(Error::Network(format!(
+            return Err(network_error(format!(
                 "plugin {plugin} wrote an oversized result"
             )));
         }
@@ -296,7 +296,7 @@ impl Invoker {
             return Ok(Value::Null);
         }
         serde_json::from_slice(&output.stdout)
-            .map_err(|e| Error::Network(format!("plugin {plugin} wrote an invalid result: {e}")))
+            .map_err(|e| network_error_from(format!("plugin {plugin} wrote an invalid result"), e))
     }
 
     /// The configuration one plugin gets on stdin.
@@ -379,6 +379,20 @@ pub fn result_ips(result: &Value) -> Vec<String> {
         .unwrap_or_default();
     ips.sort_by_key(|ip| ip.contains(':'));
     ips
+}
+
+/// A CNI failure: the message says which plugin and call.
+fn network_error(message: String) -> Error {
+    Error::internal(format!("network: {message}"))
+}
+
+/// A CNI failure with the error that caused it.
+fn network_error_from(context: String, cause: impl Into<crate::error::Cause>) -> Error {
+    Error::caused(
+        crate::error::Code::Internal,
+        format!("network: {context}"),
+        cause,
+    )
 }
 
 #[cfg(test)]

@@ -15,6 +15,23 @@ use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 use std::time::Duration;
 
+/// A pod's network as the sandbox lifecycle uses it: CNI ADD on a pinned namespace, and DEL
+/// with what ADD used.
+#[async_trait::async_trait]
+pub trait PodNetwork: Send + Sync {
+    /// CNI ADD of loopback and the pod network on `netns`.
+    async fn setup(
+        &self,
+        sandbox_id: &str,
+        netns: &Path,
+        config: &PodSandboxConfig,
+    ) -> Result<CniAttachment>;
+    /// CNI DEL with what ADD used.
+    async fn teardown(&self, sandbox_id: &str, netns: &Path, cni: &CniAttachment) -> Result<()>;
+}
+
+/// The configured CNI network (the first configuration in the directory, else the built-in
+/// bridge), and the plugins that set it up.
 pub struct Network {
     conf_dir: PathBuf,
     invoker: Invoker,
@@ -135,9 +152,11 @@ impl Network {
         }
         rc
     }
+}
 
-    /// CNI ADD of loopback and the pod network on `netns`.
-    pub async fn setup(
+#[async_trait::async_trait]
+impl PodNetwork for Network {
+    async fn setup(
         &self,
         sandbox_id: &str,
         netns: &Path,
@@ -169,13 +188,7 @@ impl Network {
         })
     }
 
-    /// CNI DEL with what ADD used.
-    pub async fn teardown(
-        &self,
-        sandbox_id: &str,
-        netns: &Path,
-        cni: &CniAttachment,
-    ) -> Result<()> {
+    async fn teardown(&self, sandbox_id: &str, netns: &Path, cni: &CniAttachment) -> Result<()> {
         let list = NetworkList::from_value(&cni.network)?;
         let att = Attachment {
             container_id: sandbox_id,

@@ -5,7 +5,7 @@
 //! directory. CNI plugins and the pause container get that path.
 
 use crate::error::{Error, Result};
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use std::path::{Path, PathBuf};
 
@@ -30,7 +30,7 @@ pub fn create(dir: &Path, name: &str) -> Result<PathBuf> {
         .map_err(std::io::Error::from)
     })
     .join()
-    .map_err(|_| Error::Internal("the netns thread panicked".into()))?;
+    .map_err(|_| Error::internal("the netns thread panicked"))?;
     if let Err(e) = pinned {
         let _ = std::fs::remove_file(&path);
         return Err(Error::path("pin network namespace at", &path, e));
@@ -40,15 +40,9 @@ pub fn create(dir: &Path, name: &str) -> Result<PathBuf> {
 
 /// Unpins and removes a namespace file; a missing one is fine.
 pub fn remove(path: &Path) -> Result<()> {
-    match umount2(path, MntFlags::MNT_DETACH) {
-        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
-        Err(e) => return Err(Error::path("unmount netns", path, e.into())),
-    }
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::path("remove netns file", path, e)),
-    }
+    peapod_host::mount::detach(path).map_err(|e| Error::path("unmount netns", path, e))?;
+    peapod_host::fs::remove_file_if_exists(path)
+        .map_err(|e| Error::path("remove netns file", path, e))
 }
 
 /// Runs `f` on a thread that has entered the namespace at `path` (e.g. to open a socket
@@ -63,6 +57,6 @@ pub fn run_in<T: Send + 'static>(
         f()
     })
     .join()
-    .map_err(|_| Error::Internal("the netns thread panicked".into()))?
+    .map_err(|_| Error::internal("the netns thread panicked"))?
     .map_err(|e| Error::io("in the pod network namespace", e))
 }

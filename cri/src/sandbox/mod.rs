@@ -1,314 +1,99 @@
 //! Pod sandboxes: a pinned network namespace set up by CNI, held by a pause container that
-//! runs under the pod's shim.
+//! runs under the pod's shim. [`SandboxService`] owns the sandbox records and serves the
+//! sandbox calls, one file per call (run, stop, remove, status, list); `watch` follows pause
+//! containers, `spec` writes the pause's runtime spec, `pause_image` picks its image.
 
-pub mod query;
+mod list;
+mod pause_image;
+mod remove;
+mod run;
 pub mod spec;
-pub mod teardown;
+mod status;
+mod stop;
+#[cfg(test)]
+mod tests;
+mod watch;
 
-use crate::cgroups;
-use crate::error::{Error, Result};
-use crate::network::{files, netns};
-use crate::runtime::Runtime;
-use crate::shim::ShimClient;
-use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
-use nix::mount::{mount, MsFlags};
-use peapod_proto::v1::{ContainerEventType, NamespaceMode, PodSandboxConfig};
-use peapod_shim::protocol::CreateOptions;
-use peapod_shim::timefmt;
-use spec::{namespace_modes, PauseInputs};
+pub use status::verbose_info;
+
+use crate::config::CgroupDriver;
+use crate::container::ContainerService;
+use crate::events::Events;
+use crate::host_ops::HostOps;
+use crate::images::Images;
+use crate::network::PodNetwork;
+use crate::paths::Paths;
+use crate::shim::Shims;
+use crate::store::sandbox::SandboxRecords;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Size of a pod's /dev/shm (containerd's and Docker's default).
-const SHM_SIZE: &str = "65536k";
-
-/// Checks a sandbox config; errors name the field.
-pub fn validate(config: &PodSandboxConfig, runtime_handler: &str, runtime: &Runtime) -> Result<()> {
-    let m = config
-        .metadata
-        .as_ref()
-        .ok_or_else(|| Error::invalid("config.metadata is required"))?;
-    for (field, value) in [
-        ("name", &m.name),
-        ("namespace", &m.namespace),
-        ("uid", &m.uid),
-    ] {
-        if value.is_empty() {
-            return Err(Error::invalid(format!(
-                "config.metadata.{field} is required"
-            )));
-        }
-    }
-    let handler_ok = runtime_handler.is_empty()
-        || runtime_handler == "runc"
-        || runtime_handler == runtime.runtime_handler_name();
-    if !handler_ok {
-        return Err(Error::invalid(format!(
-            "runtime_handler {runtime_handler:?} is not configured (peapod has {:?})",
-            runtime.runtime_handler_name()
-        )));
-    }
-    let (net, _, _) = namespace_modes(config);
-    if net == NamespaceMode::Container || net == NamespaceMode::Target {
-        return Err(Error::invalid(
-            "config.linux.security_context.namespace_options.network must be POD or NODE",
-        ));
-    }
-    if config.hostname.len() > 64 {
-        return Err(Error::invalid(
-            "config.hostname is longer than 64 characters",
-        ));
-    }
-    let security = config
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref());
-    if let Some(s) = security {
-        if s.run_as_group.is_some() && s.run_as_user.is_none() {
-            return Err(Error::invalid(
-                "config.linux.security_context.run_as_group requires run_as_user",
-            ));
-        }
-    }
-    if let Some(linux) = &config.linux {
-        for key in linux.sysctls.keys() {
-            let well_formed = !key.is_empty()
-                && key
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c));
-            if !well_formed {
-                return Err(Error::invalid(format!(
-                    "config.linux.sysctls has an invalid key {key:?}"
-                )));
-            }
-            if net == NamespaceMode::Node && key.starts_with("net.") {
-                return Err(Error::invalid(format!(
-                    "config.linux.sysctls: {key} cannot be set for a pod in the host network"
-                )));
-            }
-        }
-    }
-    Ok(())
+/// What the sandbox calls take from the daemon's configuration.
+#[derive(Debug, Clone)]
+pub struct SandboxSettings {
+    pub cgroup_driver: CgroupDriver,
+    /// The cgroup parent of pods whose config names none.
+    pub default_cgroup_parent: String,
+    /// The OCI runtime (its file name is the one runtime handler).
+    pub runtime_path: String,
+    /// The configured sandbox (pause) image.
+    pub sandbox_image: String,
+    /// The built-in pause root filesystem.
+    pub pause_rootfs: PathBuf,
 }
 
-fn mount_shm(path: &Path) -> Result<()> {
-    std::fs::create_dir_all(path).map_err(|e| Error::path("create", path, e))?;
-    mount(
-        Some("shm"),
-        path,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        Some(format!("mode=1777,size={SHM_SIZE}").as_str()),
-    )
-    .map_err(|e| Error::path("mount the pod's /dev/shm at", path, e.into()))
+/// The sandbox calls, over the sandbox records and the services they use; stopping and
+/// removing a pod stops and removes its containers through the [`ContainerService`].
+pub struct SandboxService {
+    sandboxes: Arc<SandboxRecords>,
+    containers: Arc<ContainerService>,
+    shims: Arc<dyn Shims>,
+    network: Arc<dyn PodNetwork>,
+    host: Arc<dyn HostOps>,
+    images: Arc<dyn Images>,
+    events: Arc<Events>,
+    paths: Paths,
+    settings: SandboxSettings,
 }
 
-impl Runtime {
+/// What a [`SandboxService`] is made of.
+pub struct SandboxDeps {
+    pub sandboxes: Arc<SandboxRecords>,
+    pub containers: Arc<ContainerService>,
+    pub shims: Arc<dyn Shims>,
+    pub network: Arc<dyn PodNetwork>,
+    pub host: Arc<dyn HostOps>,
+    pub images: Arc<dyn Images>,
+    pub events: Arc<Events>,
+    pub paths: Paths,
+    pub settings: SandboxSettings,
+}
+
+impl SandboxService {
+    pub fn new(d: SandboxDeps) -> SandboxService {
+        SandboxService {
+            sandboxes: d.sandboxes,
+            containers: d.containers,
+            shims: d.shims,
+            network: d.network,
+            host: d.host,
+            images: d.images,
+            events: d.events,
+            paths: d.paths,
+            settings: d.settings,
+        }
+    }
+
+    /// The sandbox records, for the calls that only read them (exec, stats).
+    pub fn records(&self) -> &SandboxRecords {
+        &self.sandboxes
+    }
+
     /// The name of the one runtime handler peapod has (the OCI runtime's file name).
     pub fn runtime_handler_name(&self) -> String {
-        Path::new(&self.config.runtime.path)
+        Path::new(&self.settings.runtime_path)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "runc".into())
     }
-
-    /// RunPodSandbox. On any failure everything made so far is removed and the name released.
-    pub async fn run_pod_sandbox(
-        self: &Arc<Self>,
-        config: PodSandboxConfig,
-        runtime_handler: String,
-    ) -> Result<String> {
-        validate(&config, &runtime_handler, self)?;
-        let name = SandboxRecord::name_of(&config);
-        let id = {
-            let mut table = self.sandboxes_mut();
-            let id = table.ids.generate_unique(&Default::default());
-            table.names.reserve(&name, &id, "pod sandbox")?;
-            id
-        };
-        let span = tracing::info_span!("sandbox", id = %id, pod = %name);
-        let _enter = span.enter();
-        let (net, _, ipc) = namespace_modes(&config);
-        let parent = config
-            .linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.clone())
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| self.config.cgroup.default_parent.clone());
-        let dir = self.sandbox_state_dir(&id);
-        let record = SandboxRecord {
-            id: id.clone(),
-            name: name.clone(),
-            cgroups_path: cgroups::cgroups_path(self.config.cgroup.driver, &parent, &id),
-            cgroup_parent: parent,
-            config,
-            runtime_handler,
-            created_at_ns: timefmt::now_ns(),
-            state: SandboxState::Creating,
-            netns: None,
-            ips: Vec::new(),
-            cni: None,
-            shim_socket: self.shims.socket_path(&id),
-            pause_pid: 0,
-            shm: (ipc != NamespaceMode::Node).then(|| dir.join("shm")),
-            dir,
-            rootfs_mounted: false,
-        };
-        let sandbox = Sandbox::new(record);
-        match self.create_sandbox(&sandbox, net).await {
-            Ok(()) => {
-                self.sandboxes_mut().insert(sandbox.clone());
-                self.watch_pause(sandbox);
-                self.emit(&id, &id, ContainerEventType::ContainerCreatedEvent);
-                self.emit(&id, &id, ContainerEventType::ContainerStartedEvent);
-                Ok(id)
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "RunPodSandbox failed; removing what it made");
-                if let Err(cleanup) = self.destroy_sandbox(&sandbox).await {
-                    tracing::error!(error = %cleanup, "cleaning up a failed sandbox");
-                }
-                self.sandboxes_mut().names.release(&name, &id);
-                Err(err)
-            }
-        }
-    }
-
-    async fn create_sandbox(
-        self: &Arc<Self>,
-        sandbox: &Arc<Sandbox>,
-        net: NamespaceMode,
-    ) -> Result<()> {
-        let root = self.root().to_path_buf();
-        let id = sandbox.id.clone();
-        let rec = sandbox.get();
-        std::fs::create_dir_all(&rec.dir).map_err(|e| Error::path("create", &rec.dir, e))?;
-        // Persisted first, so that a crash half-way leaves a record to clean up from.
-        sandbox.update(&root, |_| {})?;
-
-        let started = std::time::Instant::now();
-        // The pause container needs only the namespace to exist, not the network in it: CNI
-        // runs while the shim and the pause container start.
-        if net != NamespaceMode::Node {
-            let path = netns::create(&self.netns_dir(), &id)?;
-            sandbox.update(&root, |r| r.netns = Some(path))?;
-        }
-        let rec = sandbox.get();
-        let network = async {
-            if let Some(path) = &rec.netns {
-                let attachment = self.network.setup(&id, path, &rec.config).await?;
-                let ips = crate::network::cni::result_ips(&attachment.result);
-                sandbox.update(&root, |r| {
-                    r.cni = Some(attachment);
-                    r.ips = ips;
-                })?;
-            }
-            Ok::<_, Error>(started.elapsed())
-        };
-        let pause = async {
-            let shim = self.shims.start(&id, &rec.dir.join("shim.log")).await?;
-            let shim_time = started.elapsed();
-            let pid = self.start_pause(sandbox, &shim).await?;
-            Ok::<_, Error>((pid, shim_time, started.elapsed()))
-        };
-        let (network, pause) = tokio::join!(network, pause);
-        let network_time = network?;
-        let (pid, shim_time, pause_time) = pause?;
-        let rec = sandbox.get();
-        files::write_sandbox_files(
-            &rec.dir,
-            &rec.config.hostname,
-            &rec.ips,
-            rec.config.dns_config.as_ref(),
-            net == NamespaceMode::Node,
-        )?;
-        sandbox.update(&root, |r| {
-            r.pause_pid = pid;
-            r.state = SandboxState::Ready;
-        })?;
-        tracing::info!(
-            total_ms = started.elapsed().as_millis() as u64,
-            network_ms = network_time.as_millis() as u64,
-            shim_ms = shim_time.as_millis() as u64,
-            pause_ms = pause_time.as_millis() as u64,
-            "pod sandbox ready"
-        );
-        Ok(())
-    }
-
-    /// The pod's /dev/shm, the pause rootfs and the pause container itself; returns its pid.
-    async fn start_pause(&self, sandbox: &Arc<Sandbox>, shim: &ShimClient) -> Result<u32> {
-        let root = self.root().to_path_buf();
-        let id = &sandbox.id;
-        let rec = sandbox.get();
-        if let Some(shm) = &rec.shm {
-            mount_shm(shm)?;
-        }
-        let pause = self.pause_image(id, &rec.dir.join("rootfs")).await?;
-        if pause.mounted {
-            sandbox.update(&root, |r| r.rootfs_mounted = true)?;
-        }
-        let bundle = rec.dir.join("bundle");
-        std::fs::create_dir_all(&bundle).map_err(|e| Error::path("create", &bundle, e))?;
-        let spec = spec::pause_spec(
-            &rec.config,
-            &PauseInputs {
-                rootfs: &pause.rootfs,
-                args: &pause.args,
-                image_user: pause.user,
-                netns: rec.netns.as_deref(),
-                shm: rec.shm.as_deref(),
-                cgroups_path: &rec.cgroups_path,
-            },
-        )?;
-        let config_json = bundle.join("config.json");
-        spec.save(&config_json)
-            .map_err(|e| Error::Internal(format!("write {}: {e}", config_json.display())))?;
-        let options = CreateOptions {
-            exit_file: pause_exit_file(&self.sandbox_root_dir(id))
-                .to_string_lossy()
-                .into_owned(),
-            // Nothing happens between create and start of a pause: one runtime call.
-            start: true,
-            ..Default::default()
-        };
-        shim.create(id, &bundle, false, &options).await
-    }
-
-    /// Marks the sandbox not ready when its pause container exits.
-    pub(crate) fn watch_pause(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
-        let rt = self.clone();
-        tokio::spawn(async move {
-            let rec = sandbox.get();
-            let Ok(shim) = rt.shims.get(&sandbox.id, &rec.shim_socket).await else {
-                return;
-            };
-            if shim.wait(&sandbox.id, "").await.is_ok() {
-                let root = rt.root().to_path_buf();
-                match sandbox.update_if(
-                    &root,
-                    |r| r.state == SandboxState::Ready,
-                    |r| r.state = SandboxState::NotReady,
-                ) {
-                    Ok(true) => {
-                        tracing::info!(sandbox = %sandbox.id, "pause exited; pod sandbox not ready");
-                        rt.emit(
-                            &sandbox.id,
-                            &sandbox.id,
-                            ContainerEventType::ContainerStoppedEvent,
-                        );
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(sandbox = %sandbox.id, error = %e, "persisting NotReady")
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// Where the shim records the pause container's exit.
-pub fn pause_exit_file(sandbox_root: &Path) -> PathBuf {
-    sandbox_root.join("pause.exit")
 }

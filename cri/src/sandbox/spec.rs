@@ -1,6 +1,6 @@
 //! The runtime spec of a pod's pause container.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::oci::{self, spec_err};
 use crate::pause::PAUSE_USER;
 use oci_spec::runtime::{
@@ -23,8 +23,6 @@ pub const DEFAULT_PATH_ENV: &str =
 pub struct PauseInputs<'a> {
     pub rootfs: &'a Path,
     pub args: &'a [String],
-    /// The image's numeric user, used when the sandbox config names none.
-    pub image_user: Option<(u32, u32)>,
     pub netns: Option<&'a Path>,
     pub shm: Option<&'a Path>,
     pub cgroups_path: &'a str,
@@ -95,7 +93,7 @@ pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result
         .build()
         .map_err(spec_err)?;
 
-    let mut mounts = peapod_spec::kernel_mounts(false).map_err(crate::container::spec_error)?;
+    let mut mounts = peapod_spec::kernel_mounts(false).map_err(Error::from)?;
     match inputs.shm {
         Some(shm) => mounts.push(oci::bind("/dev/shm", shm, &["rw"])?),
         None => mounts.push(oci::bind("/dev/shm", Path::new("/dev/shm"), &["rw"])?),
@@ -199,7 +197,6 @@ mod tests {
         PauseInputs {
             rootfs: Path::new("/r"),
             args: &PAUSE_ARGS,
-            image_user: None,
             netns,
             shm: Some(Path::new("/s/shm")),
             cgroups_path: "/peapod/abc",

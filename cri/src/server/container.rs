@@ -1,15 +1,14 @@
 //! CreateContainer, StartContainer, StopContainer, RemoveContainer, ListContainers,
 //! ContainerStatus, UpdateContainerResources, ReopenContainerLog.
 
-use crate::container::{query, CreateContainer};
+use crate::container::CreateContainer;
+use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-#[tracing::instrument(name = "CreateContainer", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn create(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
@@ -17,7 +16,8 @@ pub async fn create(
         .config
         .ok_or_else(|| Error::invalid("config is required"))?;
     let id = rt
-        .create_container(CreateContainer {
+        .containers
+        .create(CreateContainer {
             sandbox_id: req.pod_sandbox_id,
             config,
             sandbox_config: req.sandbox_config,
@@ -26,84 +26,79 @@ pub async fn create(
     Ok(cri::CreateContainerResponse { container_id: id })
 }
 
-#[tracing::instrument(name = "StartContainer", skip_all, fields(container = %req.container_id))]
 pub async fn start(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.start_container(&req.container_id).await?;
+    rt.containers.start(&req.container_id).await?;
     Ok(cri::StartContainerResponse {})
 }
 
-#[tracing::instrument(name = "StopContainer", skip_all, fields(container = %req.container_id, timeout = req.timeout))]
 pub async fn stop(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.stop_container(&req.container_id, req.timeout).await?;
+    rt.containers.stop(&req.container_id, req.timeout).await?;
     Ok(cri::StopContainerResponse {})
 }
 
-#[tracing::instrument(name = "RemoveContainer", skip_all, fields(container = %req.container_id))]
 pub async fn remove(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.remove_container(&req.container_id).await?;
+    rt.containers.remove(&req.container_id).await?;
     Ok(cri::RemoveContainerResponse {})
 }
 
-#[tracing::instrument(name = "ListContainers", skip_all)]
-pub fn list(rt: &Runtime, req: cri::ListContainersRequest) -> Result<cri::ListContainersResponse> {
+pub fn list(rt: &Daemon, req: cri::ListContainersRequest) -> Result<cri::ListContainersResponse> {
     let containers = rt
-        .list_containers(req.filter.as_ref())
+        .containers
+        .list(req.filter.as_ref())
         .iter()
-        .map(query::to_list_item)
+        .map(crate::store::to_cri::container_list_item)
         .collect();
     Ok(cri::ListContainersResponse { containers })
 }
 
-#[tracing::instrument(name = "ContainerStatus", skip_all, fields(container = %req.container_id))]
 pub async fn status(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse> {
     super::required("container_id", &req.container_id)?;
-    let rec = rt.container_record(&req.container_id)?;
+    let rec = rt.containers.status(&req.container_id)?;
     let info = if req.verbose {
-        query::verbose_info(&rec)
+        crate::container::verbose_info(&rec)
     } else {
         Default::default()
     };
     Ok(cri::ContainerStatusResponse {
-        status: Some(query::to_status(&rec)),
+        status: Some(crate::store::to_cri::container_status(&rec)),
         info,
     })
 }
 
-#[tracing::instrument(name = "UpdateContainerResources", skip_all, fields(container = %req.container_id))]
 pub async fn update_resources(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::UpdateContainerResourcesRequest,
 ) -> Result<cri::UpdateContainerResourcesResponse> {
     super::required("container_id", &req.container_id)?;
     let linux = req
         .linux
         .ok_or_else(|| Error::invalid("linux resources are required"))?;
-    rt.update_container_resources(&req.container_id, linux)
+    rt.containers
+        .update_resources(&req.container_id, linux)
         .await?;
     Ok(cri::UpdateContainerResourcesResponse {})
 }
 
-#[tracing::instrument(name = "ReopenContainerLog", skip_all, fields(container = %req.container_id))]
 pub async fn reopen_log(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ReopenContainerLogRequest,
 ) -> Result<cri::ReopenContainerLogResponse> {
     super::required("container_id", &req.container_id)?;
-    rt.reopen_container_log(&req.container_id).await?;
+    rt.containers.reopen_log(&req.container_id).await?;
     Ok(cri::ReopenContainerLogResponse {})
 }

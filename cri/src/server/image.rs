@@ -9,8 +9,8 @@
 //! as root, so whoever can reach the CRI socket can have it read any file as an image
 //! archive; they can already run privileged pods, so the socket must stay root-only.
 
+use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use peapod_image::Image;
 use peapod_proto::v1 as cri;
 use std::collections::HashMap;
@@ -52,7 +52,7 @@ fn credentials(auth: Option<cri::AuthConfig>) -> Option<peapod_image::Credential
 }
 
 /// Whether an image passes a ListImages filter (by reference, tag, digest or id).
-fn matches(rt: &Runtime, img: &Image, filter: Option<&cri::ImageFilter>) -> bool {
+fn matches(rt: &Daemon, img: &Image, filter: Option<&cri::ImageFilter>) -> bool {
     let Some(want) = filter
         .and_then(|f| f.image.as_ref())
         .map(|s| s.image.as_str())
@@ -65,9 +65,8 @@ fn matches(rt: &Runtime, img: &Image, filter: Option<&cri::ImageFilter>) -> bool
         .is_some_and(|found| found.id == img.id)
 }
 
-#[tracing::instrument(name = "ListImages", skip_all)]
 pub async fn list(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ListImagesRequest,
 ) -> Result<cri::ListImagesResponse> {
     let images = rt
@@ -80,9 +79,8 @@ pub async fn list(
     Ok(cri::ListImagesResponse { images })
 }
 
-#[tracing::instrument(name = "ImageStatus", skip_all)]
 pub async fn status(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ImageStatusRequest,
 ) -> Result<cri::ImageStatusResponse> {
     let reference = require_image(req.image.as_ref())?;
@@ -117,8 +115,11 @@ pub async fn status(
     })
 }
 
-#[tracing::instrument(name = "PullImage", skip_all, fields(image))]
-pub async fn pull(rt: &Arc<Runtime>, req: cri::PullImageRequest) -> Result<cri::PullImageResponse> {
+pub async fn pull(
+    rt: &Arc<Daemon>,
+    metrics: &peapod_metrics::Metrics,
+    req: cri::PullImageRequest,
+) -> Result<cri::PullImageResponse> {
     let reference = require_image(req.image.as_ref())?.to_string();
     tracing::Span::current().record("image", reference.as_str());
     if let Some(path) = archive_path(&reference) {
@@ -126,7 +127,9 @@ pub async fn pull(rt: &Arc<Runtime>, req: cri::PullImageRequest) -> Result<cri::
         return Ok(cri::PullImageResponse { image_ref: id });
     }
     let creds = credentials(req.auth);
+    let start = std::time::Instant::now();
     let img = rt.images.pull(&reference, creds.as_ref()).await?;
+    metrics.record_image_pull(img.size, start.elapsed().as_secs_f64());
     tracing::info!(id = %img.id, "pulled");
     // The kubelet then names the image by this reference in CreateContainer; the id is
     // unambiguous (a repo digest may belong to another repository of the same image), and it
@@ -147,7 +150,7 @@ fn archive_path(reference: &str) -> Option<&str> {
 }
 
 /// Imports every image of the archive at `path`; returns the id of the first.
-async fn import(rt: &Arc<Runtime>, path: &str) -> Result<String> {
+async fn import(rt: &Arc<Daemon>, path: &str) -> Result<String> {
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::io::AsRawFd;
     let p = std::path::Path::new(path);
@@ -182,9 +185,9 @@ async fn import(rt: &Arc<Runtime>, path: &str) -> Result<String> {
     tracing::info!(archive = %path, size = meta.len(), "importing image archive");
     let res = rt.images.import(std::path::Path::new(&by_fd)).await;
     drop(file);
+    // The client named the archive, not our descriptor of it.
     let images = res.map_err(|e| {
-        let e = Error::from(e);
-        rename_in_message(e, &by_fd, path)
+        Error::from(e).reworded(|m| format!("import {path}: {}", m.replace(&by_fd, path)))
     })?;
     for img in &images {
         tracing::info!(archive = %path, id = %img.id, tags = ?img.repo_tags, "imported image");
@@ -195,23 +198,8 @@ async fn import(rt: &Arc<Runtime>, path: &str) -> Result<String> {
         .ok_or_else(|| Error::invalid(format!("image.image: archive {path} holds no image")))
 }
 
-/// Replaces `from` with `to` in an error's message, keeping its kind (gRPC code).
-fn rename_in_message(e: Error, from: &str, to: &str) -> Error {
-    let fix = |m: String| format!("import {to}: {}", m.replace(from, to));
-    match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(fix(m)),
-        Error::NotFound(m) => Error::NotFound(fix(m)),
-        Error::AlreadyExists(m) => Error::AlreadyExists(fix(m)),
-        Error::Unavailable(m) => Error::Unavailable(fix(m)),
-        Error::Image(m) => Error::Image(fix(m)),
-        Error::Internal(m) => Error::Internal(fix(m)),
-        other => other,
-    }
-}
-
-#[tracing::instrument(name = "RemoveImage", skip_all)]
 pub async fn remove(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::RemoveImageRequest,
 ) -> Result<cri::RemoveImageResponse> {
     let reference = require_image(req.image.as_ref())?;
@@ -234,15 +222,14 @@ fn usage(u: &peapod_image::FsUsage) -> cri::FilesystemUsage {
     }
 }
 
-#[tracing::instrument(name = "ImageFsInfo", skip_all)]
 pub async fn fs_info(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     _req: cri::ImageFsInfoRequest,
 ) -> Result<cri::ImageFsInfoResponse> {
     let store = rt.images.clone();
     let info = tokio::task::spawn_blocking(move || store.fs_info())
         .await
-        .map_err(|e| Error::Internal(format!("image fs info: {e}")))?;
+        .map_err(|e| Error::internal(format!("image fs info: {e}")))?;
     Ok(cri::ImageFsInfoResponse {
         image_filesystems: vec![usage(&info.image)],
         container_filesystems: vec![usage(&info.container)],

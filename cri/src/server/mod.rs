@@ -3,13 +3,14 @@
 
 mod container;
 mod image;
+mod metrics;
 mod runtime_info;
 mod sandbox;
 mod stats;
 mod streaming;
 
+use crate::daemon::Daemon;
 use crate::error::Error;
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use peapod_proto::v1::image_service_server::{ImageService, ImageServiceServer};
 use peapod_proto::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
@@ -29,26 +30,117 @@ fn required(field: &str, value: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Converts a core result into a gRPC response.
-fn reply<T>(r: Result<T, Error>) -> RpcResult<T> {
-    r.map(Response::new).map_err(Status::from)
+/// What a request is about, for its RPC's span: the sandbox or container it names.
+trait Subject {
+    fn sandbox_id(&self) -> &str {
+        ""
+    }
+    fn container_id(&self) -> &str {
+        ""
+    }
+}
+
+macro_rules! subject {
+    (sandbox: $($t:ident),* ; container: $($c:ident),* ; none: $($n:ident),*) => {
+        $(impl Subject for cri::$t {
+            fn sandbox_id(&self) -> &str {
+                &self.pod_sandbox_id
+            }
+        })*
+        $(impl Subject for cri::$c {
+            fn container_id(&self) -> &str {
+                &self.container_id
+            }
+        })*
+        $(impl Subject for cri::$n {})*
+    };
+}
+
+subject!(
+    sandbox: StopPodSandboxRequest, RemovePodSandboxRequest, PodSandboxStatusRequest,
+        CreateContainerRequest, PortForwardRequest, PodSandboxStatsRequest;
+    container: StartContainerRequest, StopContainerRequest, RemoveContainerRequest,
+        ContainerStatusRequest, UpdateContainerResourcesRequest, ReopenContainerLogRequest,
+        ExecSyncRequest, ExecRequest, AttachRequest, ContainerStatsRequest,
+        CheckpointContainerRequest;
+    none: VersionRequest, StatusRequest, RuntimeConfigRequest, UpdateRuntimeConfigRequest,
+        RunPodSandboxRequest, ListPodSandboxRequest, ListContainersRequest,
+        ListContainerStatsRequest, ListPodSandboxStatsRequest, GetEventsRequest,
+        ListMetricDescriptorsRequest, ListPodSandboxMetricsRequest, ListImagesRequest,
+        ImageStatusRequest, PullImageRequest, RemoveImageRequest, ImageFsInfoRequest
+);
+
+/// Runs one RPC: in a span naming the method and the object it is about (handlers add `pod`
+/// or `image` when they know it), and, if it fails, logs the method, code and cause and
+/// turns the error into the client's status. Every handler goes through here, so this is
+/// the one place where core errors become statuses.
+async fn rpc<Req, T, Fut>(
+    method: &'static str,
+    request: Request<Req>,
+    handler: impl FnOnce(Req) -> Fut,
+) -> RpcResult<T>
+where
+    Req: Subject,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    use tracing::field::Empty;
+    use tracing::Instrument;
+    let req = request.into_inner();
+    let span = tracing::info_span!(
+        "rpc",
+        method,
+        sandbox = Empty,
+        container = Empty,
+        pod = Empty,
+        image = Empty
+    );
+    if !req.sandbox_id().is_empty() {
+        span.record("sandbox", req.sandbox_id());
+    }
+    if !req.container_id().is_empty() {
+        span.record("container", req.container_id());
+    }
+    async move {
+        match handler(req).await {
+            Ok(reply) => Ok(Response::new(reply)),
+            Err(err) => {
+                log_failure(method, &err);
+                Err(err.to_status())
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+fn log_failure(method: &str, err: &Error) {
+    let code = err.code();
+    let causes = err.causes();
+    // A missing object or a bad request is the client's business (the kubelet asks for
+    // removed containers all the time); a failure of the daemon or the host is a warning.
+    if code.is_client_error() {
+        tracing::info!(method, ?code, error = %err, ?causes, "call failed");
+    } else {
+        tracing::warn!(method, ?code, error = %err, ?causes, "call failed");
+    }
 }
 
 /// Both CRI services over one runtime.
 #[derive(Clone)]
 pub struct Cri {
-    rt: Arc<Runtime>,
+    rt: Arc<Daemon>,
+    metrics: Arc<peapod_metrics::Metrics>,
 }
 
 impl Cri {
-    pub fn new(rt: Arc<Runtime>) -> Cri {
-        Cri { rt }
+    pub fn new(rt: Arc<Daemon>, metrics: Arc<peapod_metrics::Metrics>) -> Cri {
+        Cri { rt, metrics }
     }
 }
 
 /// Serves CRI on `socket` (mode 0660) until `shutdown` resolves.
 pub async fn serve(
-    rt: Arc<Runtime>,
+    rt: Arc<Daemon>,
     socket: &Path,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -70,15 +162,34 @@ pub async fn serve(
     let pod_settings = rt.config.pods.settings(&rt.config.root)?;
     let pod_cri = std::sync::Arc::new(peapod_pod::cri::TonicCri::new(socket));
     let pods = peapod_pod::manager::Manager::start(pod_cri, pod_settings);
-    let cri = Cri::new(rt);
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    // Prometheus metrics: every call is counted by the layer whether or not /metrics is
+    // served, so that turning the listener on needs no other change.
+    let metrics = peapod_metrics::Metrics::new().context("metrics")?;
+    let metrics_task = if rt.config.metrics.address.is_empty() {
+        None
+    } else {
+        let state = std::sync::Arc::new(metrics::DaemonState(rt.clone()));
+        let (addr, task) =
+            peapod_metrics::serve(&rt.config.metrics.address, metrics.clone(), Some(state))
+                .await
+                .with_context(|| format!("listen for metrics on {}", rt.config.metrics.address))?;
+        tracing::info!(address = %addr, "serving metrics at /metrics");
+        Some(task)
+    };
+    let cri = Cri::new(rt, metrics.clone());
+    // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
+    let incoming = peapod_uds::incoming(listener);
     tonic::transport::Server::builder()
+        .layer(peapod_metrics::GrpcMetricsLayer::new(metrics))
         .add_service(RuntimeServiceServer::new(cri.clone()))
         .add_service(ImageServiceServer::new(cri))
         .add_service(peapod_pod::service::PodsService::new(pods).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .context("CRI server")?;
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
     let _ = std::fs::remove_file(socket);
     Ok(())
 }
@@ -89,155 +200,194 @@ type EventStream =
 #[tonic::async_trait]
 impl RuntimeService for Cri {
     async fn version(&self, r: Request<cri::VersionRequest>) -> RpcResult<cri::VersionResponse> {
-        reply(runtime_info::version(&self.rt, r.into_inner()))
+        rpc("Version", r, |req| {
+            std::future::ready(runtime_info::version(&self.rt, req))
+        })
+        .await
     }
     async fn status(&self, r: Request<cri::StatusRequest>) -> RpcResult<cri::StatusResponse> {
-        reply(runtime_info::status(&self.rt, r.into_inner()))
+        rpc("Status", r, |req| {
+            std::future::ready(runtime_info::status(&self.rt, req))
+        })
+        .await
     }
     async fn runtime_config(
         &self,
         r: Request<cri::RuntimeConfigRequest>,
     ) -> RpcResult<cri::RuntimeConfigResponse> {
-        reply(runtime_info::runtime_config(&self.rt, r.into_inner()))
+        rpc("RuntimeConfig", r, |req| {
+            std::future::ready(runtime_info::runtime_config(&self.rt, req))
+        })
+        .await
     }
     async fn update_runtime_config(
         &self,
         r: Request<cri::UpdateRuntimeConfigRequest>,
     ) -> RpcResult<cri::UpdateRuntimeConfigResponse> {
-        reply(runtime_info::update_runtime_config(
-            &self.rt,
-            r.into_inner(),
-        ))
+        rpc("UpdateRuntimeConfig", r, |req| {
+            std::future::ready(runtime_info::update_runtime_config(&self.rt, req))
+        })
+        .await
     }
 
     async fn run_pod_sandbox(
         &self,
         r: Request<cri::RunPodSandboxRequest>,
     ) -> RpcResult<cri::RunPodSandboxResponse> {
-        reply(sandbox::run(&self.rt, r.into_inner()).await)
+        rpc("RunPodSandbox", r, |req| sandbox::run(&self.rt, req)).await
     }
     async fn stop_pod_sandbox(
         &self,
         r: Request<cri::StopPodSandboxRequest>,
     ) -> RpcResult<cri::StopPodSandboxResponse> {
-        reply(sandbox::stop(&self.rt, r.into_inner()).await)
+        rpc("StopPodSandbox", r, |req| sandbox::stop(&self.rt, req)).await
     }
     async fn remove_pod_sandbox(
         &self,
         r: Request<cri::RemovePodSandboxRequest>,
     ) -> RpcResult<cri::RemovePodSandboxResponse> {
-        reply(sandbox::remove(&self.rt, r.into_inner()).await)
+        rpc("RemovePodSandbox", r, |req| sandbox::remove(&self.rt, req)).await
     }
     async fn pod_sandbox_status(
         &self,
         r: Request<cri::PodSandboxStatusRequest>,
     ) -> RpcResult<cri::PodSandboxStatusResponse> {
-        reply(sandbox::status(&self.rt, r.into_inner()).await)
+        rpc("PodSandboxStatus", r, |req| sandbox::status(&self.rt, req)).await
     }
     async fn list_pod_sandbox(
         &self,
         r: Request<cri::ListPodSandboxRequest>,
     ) -> RpcResult<cri::ListPodSandboxResponse> {
-        reply(sandbox::list(&self.rt, r.into_inner()))
+        rpc("ListPodSandbox", r, |req| {
+            std::future::ready(sandbox::list(&self.rt, req))
+        })
+        .await
     }
 
     async fn create_container(
         &self,
         r: Request<cri::CreateContainerRequest>,
     ) -> RpcResult<cri::CreateContainerResponse> {
-        reply(container::create(&self.rt, r.into_inner()).await)
+        rpc("CreateContainer", r, |req| container::create(&self.rt, req)).await
     }
     async fn start_container(
         &self,
         r: Request<cri::StartContainerRequest>,
     ) -> RpcResult<cri::StartContainerResponse> {
-        reply(container::start(&self.rt, r.into_inner()).await)
+        rpc("StartContainer", r, |req| container::start(&self.rt, req)).await
     }
     async fn stop_container(
         &self,
         r: Request<cri::StopContainerRequest>,
     ) -> RpcResult<cri::StopContainerResponse> {
-        reply(container::stop(&self.rt, r.into_inner()).await)
+        rpc("StopContainer", r, |req| container::stop(&self.rt, req)).await
     }
     async fn remove_container(
         &self,
         r: Request<cri::RemoveContainerRequest>,
     ) -> RpcResult<cri::RemoveContainerResponse> {
-        reply(container::remove(&self.rt, r.into_inner()).await)
+        rpc("RemoveContainer", r, |req| container::remove(&self.rt, req)).await
     }
     async fn list_containers(
         &self,
         r: Request<cri::ListContainersRequest>,
     ) -> RpcResult<cri::ListContainersResponse> {
-        reply(container::list(&self.rt, r.into_inner()))
+        rpc("ListContainers", r, |req| {
+            std::future::ready(container::list(&self.rt, req))
+        })
+        .await
     }
     async fn container_status(
         &self,
         r: Request<cri::ContainerStatusRequest>,
     ) -> RpcResult<cri::ContainerStatusResponse> {
-        reply(container::status(&self.rt, r.into_inner()).await)
+        rpc("ContainerStatus", r, |req| container::status(&self.rt, req)).await
     }
     async fn update_container_resources(
         &self,
         r: Request<cri::UpdateContainerResourcesRequest>,
     ) -> RpcResult<cri::UpdateContainerResourcesResponse> {
-        reply(container::update_resources(&self.rt, r.into_inner()).await)
+        rpc("UpdateContainerResources", r, |req| {
+            container::update_resources(&self.rt, req)
+        })
+        .await
     }
     async fn reopen_container_log(
         &self,
         r: Request<cri::ReopenContainerLogRequest>,
     ) -> RpcResult<cri::ReopenContainerLogResponse> {
-        reply(container::reopen_log(&self.rt, r.into_inner()).await)
+        rpc("ReopenContainerLog", r, |req| {
+            container::reopen_log(&self.rt, req)
+        })
+        .await
     }
 
     async fn exec_sync(
         &self,
         r: Request<cri::ExecSyncRequest>,
     ) -> RpcResult<cri::ExecSyncResponse> {
-        reply(streaming::exec_sync(&self.rt, r.into_inner()).await)
+        rpc("ExecSync", r, |req| streaming::exec_sync(&self.rt, req)).await
     }
     async fn exec(&self, r: Request<cri::ExecRequest>) -> RpcResult<cri::ExecResponse> {
-        reply(streaming::exec(&self.rt, r.into_inner()).await)
+        rpc("Exec", r, |req| streaming::exec(&self.rt, req)).await
     }
     async fn attach(&self, r: Request<cri::AttachRequest>) -> RpcResult<cri::AttachResponse> {
-        reply(streaming::attach(&self.rt, r.into_inner()).await)
+        rpc("Attach", r, |req| streaming::attach(&self.rt, req)).await
     }
     async fn port_forward(
         &self,
         r: Request<cri::PortForwardRequest>,
     ) -> RpcResult<cri::PortForwardResponse> {
-        reply(streaming::port_forward(&self.rt, r.into_inner()).await)
+        rpc("PortForward", r, |req| {
+            streaming::port_forward(&self.rt, req)
+        })
+        .await
     }
 
     async fn container_stats(
         &self,
         r: Request<cri::ContainerStatsRequest>,
     ) -> RpcResult<cri::ContainerStatsResponse> {
-        reply(stats::container_stats(&self.rt, r.into_inner()).await)
+        rpc("ContainerStats", r, |req| {
+            stats::container_stats(&self.rt, req)
+        })
+        .await
     }
     async fn list_container_stats(
         &self,
         r: Request<cri::ListContainerStatsRequest>,
     ) -> RpcResult<cri::ListContainerStatsResponse> {
-        reply(stats::list_container_stats(&self.rt, r.into_inner()).await)
+        rpc("ListContainerStats", r, |req| {
+            stats::list_container_stats(&self.rt, req)
+        })
+        .await
     }
     async fn pod_sandbox_stats(
         &self,
         r: Request<cri::PodSandboxStatsRequest>,
     ) -> RpcResult<cri::PodSandboxStatsResponse> {
-        reply(stats::pod_sandbox_stats(&self.rt, r.into_inner()).await)
+        rpc("PodSandboxStats", r, |req| {
+            stats::pod_sandbox_stats(&self.rt, req)
+        })
+        .await
     }
     async fn list_pod_sandbox_stats(
         &self,
         r: Request<cri::ListPodSandboxStatsRequest>,
     ) -> RpcResult<cri::ListPodSandboxStatsResponse> {
-        reply(stats::list_pod_sandbox_stats(&self.rt, r.into_inner()).await)
+        rpc("ListPodSandboxStats", r, |req| {
+            stats::list_pod_sandbox_stats(&self.rt, req)
+        })
+        .await
     }
     async fn checkpoint_container(
         &self,
         r: Request<cri::CheckpointContainerRequest>,
     ) -> RpcResult<cri::CheckpointContainerResponse> {
-        reply(stats::checkpoint_container(&self.rt, r.into_inner()))
+        rpc("CheckpointContainer", r, |req| {
+            std::future::ready(stats::checkpoint_container(&self.rt, req))
+        })
+        .await
     }
 
     type GetContainerEventsStream = EventStream;
@@ -245,19 +395,28 @@ impl RuntimeService for Cri {
         &self,
         r: Request<cri::GetEventsRequest>,
     ) -> RpcResult<Self::GetContainerEventsStream> {
-        reply(stats::container_events(&self.rt, r.into_inner()))
+        rpc("GetContainerEvents", r, |req| {
+            std::future::ready(stats::container_events(&self.rt, req))
+        })
+        .await
     }
     async fn list_metric_descriptors(
         &self,
         r: Request<cri::ListMetricDescriptorsRequest>,
     ) -> RpcResult<cri::ListMetricDescriptorsResponse> {
-        reply(stats::list_metric_descriptors(&self.rt, r.into_inner()))
+        rpc("ListMetricDescriptors", r, |req| {
+            std::future::ready(stats::list_metric_descriptors(&self.rt, req))
+        })
+        .await
     }
     async fn list_pod_sandbox_metrics(
         &self,
         r: Request<cri::ListPodSandboxMetricsRequest>,
     ) -> RpcResult<cri::ListPodSandboxMetricsResponse> {
-        reply(stats::list_pod_sandbox_metrics(&self.rt, r.into_inner()))
+        rpc("ListPodSandboxMetrics", r, |req| {
+            std::future::ready(stats::list_pod_sandbox_metrics(&self.rt, req))
+        })
+        .await
     }
 }
 
@@ -267,30 +426,33 @@ impl ImageService for Cri {
         &self,
         r: Request<cri::ListImagesRequest>,
     ) -> RpcResult<cri::ListImagesResponse> {
-        reply(image::list(&self.rt, r.into_inner()).await)
+        rpc("ListImages", r, |req| image::list(&self.rt, req)).await
     }
     async fn image_status(
         &self,
         r: Request<cri::ImageStatusRequest>,
     ) -> RpcResult<cri::ImageStatusResponse> {
-        reply(image::status(&self.rt, r.into_inner()).await)
+        rpc("ImageStatus", r, |req| image::status(&self.rt, req)).await
     }
     async fn pull_image(
         &self,
         r: Request<cri::PullImageRequest>,
     ) -> RpcResult<cri::PullImageResponse> {
-        reply(image::pull(&self.rt, r.into_inner()).await)
+        rpc("PullImage", r, |req| {
+            image::pull(&self.rt, &self.metrics, req)
+        })
+        .await
     }
     async fn remove_image(
         &self,
         r: Request<cri::RemoveImageRequest>,
     ) -> RpcResult<cri::RemoveImageResponse> {
-        reply(image::remove(&self.rt, r.into_inner()).await)
+        rpc("RemoveImage", r, |req| image::remove(&self.rt, req)).await
     }
     async fn image_fs_info(
         &self,
         r: Request<cri::ImageFsInfoRequest>,
     ) -> RpcResult<cri::ImageFsInfoResponse> {
-        reply(image::fs_info(&self.rt, r.into_inner()).await)
+        rpc("ImageFsInfo", r, |req| image::fs_info(&self.rt, req)).await
     }
 }

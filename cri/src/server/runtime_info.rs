@@ -1,8 +1,8 @@
 //! Version, Status, RuntimeConfig, UpdateRuntimeConfig.
 
 use crate::config::CgroupDriver;
+use crate::daemon::Daemon;
 use crate::error::Result;
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::collections::HashMap;
 
@@ -10,8 +10,7 @@ use std::collections::HashMap;
 pub const RUNTIME_API_VERSION: &str = "v1";
 pub const RUNTIME_NAME: &str = "peapod";
 
-#[tracing::instrument(name = "Version", skip_all)]
-pub fn version(_rt: &Runtime, _req: cri::VersionRequest) -> Result<cri::VersionResponse> {
+pub fn version(_rt: &Daemon, _req: cri::VersionRequest) -> Result<cri::VersionResponse> {
     Ok(cri::VersionResponse {
         version: "0.1.0".into(),
         runtime_name: RUNTIME_NAME.into(),
@@ -20,8 +19,7 @@ pub fn version(_rt: &Runtime, _req: cri::VersionRequest) -> Result<cri::VersionR
     })
 }
 
-#[tracing::instrument(name = "Status", skip_all)]
-pub fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusResponse> {
+pub fn status(rt: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusResponse> {
     let network = rt.network.readiness();
     let conditions = vec![
         cri::RuntimeCondition {
@@ -48,8 +46,8 @@ pub fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusRespon
                 "plugins": net.as_ref().map(|n| n.plugin_types()),
                 "podCIDR": rt.network.pod_cidr(),
             },
-            "runtimeHandler": rt.runtime_handler_name(),
-            "shim": rt.shims.binary(),
+            "runtimeHandler": rt.sandboxes.runtime_handler_name(),
+            "shim": crate::shim::ShimManager::find_binary(&rt.config.runtime.shim_path),
         });
         info.insert("config".to_string(), v.to_string());
     }
@@ -69,9 +67,8 @@ pub fn status(rt: &Runtime, req: cri::StatusRequest) -> Result<cri::StatusRespon
     })
 }
 
-#[tracing::instrument(name = "RuntimeConfig", skip_all)]
 pub fn runtime_config(
-    rt: &Runtime,
+    rt: &Daemon,
     _req: cri::RuntimeConfigRequest,
 ) -> Result<cri::RuntimeConfigResponse> {
     let driver = match rt.config.cgroup.driver {
@@ -85,9 +82,8 @@ pub fn runtime_config(
     })
 }
 
-#[tracing::instrument(name = "UpdateRuntimeConfig", skip_all)]
 pub fn update_runtime_config(
-    rt: &Runtime,
+    rt: &Daemon,
     req: cri::UpdateRuntimeConfigRequest,
 ) -> Result<cri::UpdateRuntimeConfigResponse> {
     let cidr = req

@@ -1,14 +1,12 @@
 //! RunPodSandbox, StopPodSandbox, RemovePodSandbox, PodSandboxStatus, ListPodSandbox.
 
+use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
-use crate::sandbox::query;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-#[tracing::instrument(name = "RunPodSandbox", skip_all, fields(pod))]
 pub async fn run(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::RunPodSandboxRequest,
 ) -> Result<cri::RunPodSandboxResponse> {
     let config = req
@@ -17,57 +15,54 @@ pub async fn run(
     if let Some(m) = &config.metadata {
         tracing::Span::current().record("pod", format!("{}/{}", m.namespace, m.name));
     }
-    let id = rt.run_pod_sandbox(config, req.runtime_handler).await?;
+    let id = rt.sandboxes.run(config, req.runtime_handler).await?;
     Ok(cri::RunPodSandboxResponse { pod_sandbox_id: id })
 }
 
-#[tracing::instrument(name = "StopPodSandbox", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn stop(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::StopPodSandboxRequest,
 ) -> Result<cri::StopPodSandboxResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    rt.stop_pod_sandbox(&req.pod_sandbox_id).await?;
+    rt.sandboxes.stop(&req.pod_sandbox_id).await?;
     Ok(cri::StopPodSandboxResponse {})
 }
 
-#[tracing::instrument(name = "RemovePodSandbox", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn remove(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::RemovePodSandboxRequest,
 ) -> Result<cri::RemovePodSandboxResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    rt.remove_pod_sandbox(&req.pod_sandbox_id).await?;
+    rt.sandboxes.remove(&req.pod_sandbox_id).await?;
     Ok(cri::RemovePodSandboxResponse {})
 }
 
-#[tracing::instrument(name = "PodSandboxStatus", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn status(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::PodSandboxStatusRequest,
 ) -> Result<cri::PodSandboxStatusResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    let rec = rt.pod_sandbox_status(&req.pod_sandbox_id)?;
+    let rec = rt.sandboxes.status(&req.pod_sandbox_id)?;
     let info = if req.verbose {
-        query::verbose_info(&rec)
+        crate::sandbox::verbose_info(&rec)
     } else {
         Default::default()
     };
-    let containers_statuses = rt.container_statuses_of(&rec.id).await;
+    let containers_statuses = rt.containers.statuses_of(&rec.id).await;
     Ok(cri::PodSandboxStatusResponse {
-        status: Some(query::to_status(&rec)),
+        status: Some(crate::store::to_cri::sandbox_status(&rec)),
         info,
         containers_statuses,
         timestamp: peapod_shim::timefmt::now_ns(),
     })
 }
 
-#[tracing::instrument(name = "ListPodSandbox", skip_all)]
-pub fn list(rt: &Runtime, req: cri::ListPodSandboxRequest) -> Result<cri::ListPodSandboxResponse> {
+pub fn list(rt: &Daemon, req: cri::ListPodSandboxRequest) -> Result<cri::ListPodSandboxResponse> {
     let items = rt
-        .list_pod_sandboxes(req.filter.as_ref())
+        .sandboxes
+        .list(req.filter.as_ref())
         .iter()
-        .map(query::to_list_item)
+        .map(crate::store::to_cri::sandbox_list_item)
         .collect();
     Ok(cri::ListPodSandboxResponse { items })
 }

@@ -2,68 +2,63 @@
 //! CheckpointContainer, GetContainerEvents, ListMetricDescriptors, ListPodSandboxMetrics.
 
 use super::EventStream;
+use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
 fn unimplemented<T>(what: &str) -> Result<T> {
-    Err(Error::Unimplemented(format!(
+    Err(Error::unimplemented(format!(
         "{what} is not implemented yet"
     )))
 }
 
-#[tracing::instrument(name = "ContainerStats", skip_all, fields(container = %req.container_id))]
 pub async fn container_stats(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ContainerStatsRequest,
 ) -> Result<cri::ContainerStatsResponse> {
     super::required("container_id", &req.container_id)?;
     Ok(cri::ContainerStatsResponse {
-        stats: Some(rt.container_stats(&req.container_id).await?),
+        stats: Some(rt.stats.container_stats(&req.container_id).await?),
     })
 }
 
-#[tracing::instrument(name = "ListContainerStats", skip_all)]
 pub async fn list_container_stats(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ListContainerStatsRequest,
 ) -> Result<cri::ListContainerStatsResponse> {
     Ok(cri::ListContainerStatsResponse {
-        stats: rt.list_container_stats(req.filter.as_ref()).await,
+        stats: rt.stats.list_container_stats(req.filter.as_ref()).await,
     })
 }
 
-#[tracing::instrument(name = "PodSandboxStats", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn pod_sandbox_stats(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::PodSandboxStatsRequest,
 ) -> Result<cri::PodSandboxStatsResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     Ok(cri::PodSandboxStatsResponse {
-        stats: Some(rt.pod_sandbox_stats(&req.pod_sandbox_id).await?),
+        stats: Some(rt.stats.pod_sandbox_stats(&req.pod_sandbox_id).await?),
     })
 }
 
-#[tracing::instrument(name = "ListPodSandboxStats", skip_all)]
 pub async fn list_pod_sandbox_stats(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ListPodSandboxStatsRequest,
 ) -> Result<cri::ListPodSandboxStatsResponse> {
     Ok(cri::ListPodSandboxStatsResponse {
-        stats: rt.list_pod_sandbox_stats(req.filter.as_ref()).await,
+        stats: rt.stats.list_pod_sandbox_stats(req.filter.as_ref()).await,
     })
 }
 
 pub fn checkpoint_container(
-    _rt: &Runtime,
+    _rt: &Daemon,
     _req: cri::CheckpointContainerRequest,
 ) -> Result<cri::CheckpointContainerResponse> {
     unimplemented("CheckpointContainer: container checkpointing (CRIU)")
 }
 
-#[tracing::instrument(name = "GetContainerEvents", skip_all)]
-pub fn container_events(rt: &Runtime, _req: cri::GetEventsRequest) -> Result<EventStream> {
+pub fn container_events(rt: &Daemon, _req: cri::GetEventsRequest) -> Result<EventStream> {
     use tokio_stream::StreamExt;
     let stream = tokio_stream::wrappers::BroadcastStream::new(rt.events.subscribe()).filter_map(
         |e| match e {
@@ -79,14 +74,14 @@ pub fn container_events(rt: &Runtime, _req: cri::GetEventsRequest) -> Result<Eve
 }
 
 pub fn list_metric_descriptors(
-    _rt: &Runtime,
+    _rt: &Daemon,
     _req: cri::ListMetricDescriptorsRequest,
 ) -> Result<cri::ListMetricDescriptorsResponse> {
     unimplemented("ListMetricDescriptors: CRI pod metrics")
 }
 
 pub fn list_pod_sandbox_metrics(
-    _rt: &Runtime,
+    _rt: &Daemon,
     _req: cri::ListPodSandboxMetricsRequest,
 ) -> Result<cri::ListPodSandboxMetricsResponse> {
     unimplemented("ListPodSandboxMetrics: CRI pod metrics")

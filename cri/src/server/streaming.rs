@@ -1,26 +1,26 @@
 //! ExecSync, Exec, Attach, PortForward.
 
+use crate::daemon::Daemon;
 use crate::error::{Error, Result};
-use crate::runtime::Runtime;
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
 fn streaming_err(e: peapod_streaming::Error) -> Error {
     match e {
         peapod_streaming::Error::InvalidRequest(v) => {
-            Error::InvalidArgument(format!("{}: {}", v.field, v.message))
+            Error::invalid(format!("{}: {}", v.field, v.message))
         }
-        other => Error::Unavailable(other.to_string()),
+        other => Error::unavailable(other.to_string()),
     }
 }
 
-#[tracing::instrument(name = "ExecSync", skip_all, fields(container = %req.container_id))]
 pub async fn exec_sync(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::ExecSyncRequest,
 ) -> Result<cri::ExecSyncResponse> {
     super::required("container_id", &req.container_id)?;
     let out = rt
+        .exec
         .exec_sync(&req.container_id, req.cmd, req.timeout)
         .await?;
     Ok(cri::ExecSyncResponse {
@@ -30,10 +30,9 @@ pub async fn exec_sync(
     })
 }
 
-#[tracing::instrument(name = "Exec", skip_all, fields(container = %req.container_id))]
-pub async fn exec(rt: &Arc<Runtime>, req: cri::ExecRequest) -> Result<cri::ExecResponse> {
+pub async fn exec(rt: &Arc<Daemon>, req: cri::ExecRequest) -> Result<cri::ExecResponse> {
     super::required("container_id", &req.container_id)?;
-    let rec = rt.running_container(&req.container_id)?;
+    let rec = rt.exec.running_container(&req.container_id)?;
     let url = rt
         .streaming()?
         .exec_url(peapod_streaming::ExecRequest {
@@ -48,10 +47,9 @@ pub async fn exec(rt: &Arc<Runtime>, req: cri::ExecRequest) -> Result<cri::ExecR
     Ok(cri::ExecResponse { url })
 }
 
-#[tracing::instrument(name = "Attach", skip_all, fields(container = %req.container_id))]
-pub async fn attach(rt: &Arc<Runtime>, req: cri::AttachRequest) -> Result<cri::AttachResponse> {
+pub async fn attach(rt: &Arc<Daemon>, req: cri::AttachRequest) -> Result<cri::AttachResponse> {
     super::required("container_id", &req.container_id)?;
-    let rec = rt.running_container(&req.container_id)?;
+    let rec = rt.exec.running_container(&req.container_id)?;
     if req.stdin && !rec.config.stdin {
         return Err(Error::invalid(
             "stdin: the container was not created with stdin (config.stdin)",
@@ -76,15 +74,14 @@ pub async fn attach(rt: &Arc<Runtime>, req: cri::AttachRequest) -> Result<cri::A
     Ok(cri::AttachResponse { url })
 }
 
-#[tracing::instrument(name = "PortForward", skip_all, fields(sandbox = %req.pod_sandbox_id))]
 pub async fn port_forward(
-    rt: &Arc<Runtime>,
+    rt: &Arc<Daemon>,
     req: cri::PortForwardRequest,
 ) -> Result<cri::PortForwardResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    let rec = rt.pod_sandbox_status(&req.pod_sandbox_id)?;
+    let rec = rt.sandboxes.status(&req.pod_sandbox_id)?;
     if rec.state != crate::store::sandbox::SandboxState::Ready {
-        return Err(Error::FailedPrecondition(format!(
+        return Err(Error::failed_precondition(format!(
             "pod sandbox {} is not ready",
             rec.id
         )));

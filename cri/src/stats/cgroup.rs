@@ -1,39 +1,12 @@
 //! CPU and memory figures from a process's cgroups, v1 (incl. hybrid) and v2.
 //!
-//! The cgroups are found from `/proc/<pid>/cgroup`, so the same code serves both cgroup
-//! drivers. Parsing is separate from reading so that the v1 and v2 layouts are unit-tested
+//! The cgroups are found from `/proc/<pid>/cgroup` (parsed by `peapod_host::cgroup`), so the
+//! same code serves both cgroup drivers. Parsing is separate from reading so that the v1 and v2 layouts are unit-tested
 //! with fixtures on any host.
 
+use peapod_host::cgroup::{is_unified, v1_dir, ProcCgroups};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-/// Where a process's cgroups are, from the text of `/proc/<pid>/cgroup`.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct CgroupPaths {
-    /// v1 controller name -> path (`cpuacct` -> `/peapod/abc`).
-    pub v1: HashMap<String, String>,
-    /// The v2 (unified) path, from the `0::` line.
-    pub unified: Option<String>,
-}
-
-pub fn parse_proc_cgroup(text: &str) -> CgroupPaths {
-    let mut out = CgroupPaths::default();
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        if controllers.is_empty() {
-            out.unified = Some(path.to_string());
-        } else {
-            for c in controllers.split(',') {
-                out.v1.insert(c.to_string(), path.to_string());
-            }
-        }
-    }
-    out
-}
+use std::path::Path;
 
 /// What one cgroup reports.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -88,24 +61,10 @@ fn number(text: Option<String>) -> Option<u64> {
     text?.trim().parse().ok()
 }
 
-/// The v1 hierarchy directory of `controller` (`cpuacct` may be mounted as `cpu,cpuacct`).
-fn v1_dir(root: &Path, controller: &str, path: &str) -> Option<PathBuf> {
-    let rel = path.trim_start_matches('/');
-    [
-        controller.to_string(),
-        format!("cpu,{controller}"),
-        format!("{controller},cpu"),
-    ]
-    .iter()
-    .map(|m| root.join(m))
-    .find(|d| d.is_dir())
-    .map(|d| d.join(rel))
-}
-
 /// Reads the usage of the cgroups in `paths` under the cgroup mount `root`.
-pub fn read_usage(root: &Path, paths: &CgroupPaths) -> Usage {
+pub fn read_usage(root: &Path, paths: &ProcCgroups) -> Usage {
     let mut u = Usage::default();
-    let pure_v2 = crate::cgroups::is_unified(root);
+    let pure_v2 = is_unified(root);
     if !pure_v2 {
         if let Some(dir) = paths
             .v1
@@ -163,8 +122,8 @@ pub fn read_usage(root: &Path, paths: &CgroupPaths) -> Usage {
 }
 
 /// Processes in the cgroup of `paths` (v1 pids controller, else the unified hierarchy).
-pub fn process_count(root: &Path, paths: &CgroupPaths) -> Option<u64> {
-    let dir = if crate::cgroups::is_unified(root) {
+pub fn process_count(root: &Path, paths: &ProcCgroups) -> Option<u64> {
+    let dir = if is_unified(root) {
         root.join(paths.unified.as_ref()?.trim_start_matches('/'))
     } else {
         v1_dir(root, "pids", paths.v1.get("pids")?)?
@@ -183,7 +142,7 @@ mod tests {
         std::fs::write(p, text).unwrap();
     }
 
-    fn tmp(name: &str) -> PathBuf {
+    fn tmp(name: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("peapod-cg-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
@@ -193,14 +152,14 @@ mod tests {
     #[test]
     fn parses_proc_cgroup_of_hybrid_and_v2_hosts() {
         let hybrid = "12:pids:/peapod/c1\n7:cpu:/peapod/c1\n6:cpuacct:/peapod/c1\n4:memory:/peapod/c1\n1:name=systemd:/x\n0::/\n";
-        let p = parse_proc_cgroup(hybrid);
+        let p = ProcCgroups::parse(hybrid);
         assert_eq!(p.v1["cpuacct"], "/peapod/c1");
         assert_eq!(p.v1["memory"], "/peapod/c1");
         assert_eq!(p.unified.as_deref(), Some("/"));
-        let combined = parse_proc_cgroup("3:cpu,cpuacct:/k/p\n");
+        let combined = ProcCgroups::parse("3:cpu,cpuacct:/k/p\n");
         assert_eq!(combined.v1["cpu"], "/k/p");
         assert_eq!(combined.v1["cpuacct"], "/k/p");
-        let v2 = parse_proc_cgroup("0::/kubepods.slice/x.scope\n");
+        let v2 = ProcCgroups::parse("0::/kubepods.slice/x.scope\n");
         assert!(v2.v1.is_empty());
         assert_eq!(v2.unified.as_deref(), Some("/kubepods.slice/x.scope"));
     }
@@ -226,7 +185,7 @@ mod tests {
         );
         write(&root, "pids/peapod/c1/cgroup.procs", "10\n11\n");
         let paths =
-            parse_proc_cgroup("6:cpuacct:/peapod/c1\n4:memory:/peapod/c1\n12:pids:/peapod/c1\n");
+            ProcCgroups::parse("6:cpuacct:/peapod/c1\n4:memory:/peapod/c1\n12:pids:/peapod/c1\n");
         let u = read_usage(&root, &paths);
         assert_eq!(u.cpu_ns, Some(123_456_789));
         assert_eq!(u.memory_usage, Some(10 << 20));
@@ -255,7 +214,7 @@ mod tests {
             "anon 4096\nfile 4096\ninactive_file 1024\npgfault 9\npgmajfault 1\n",
         );
         write(&root, "k/c2/cgroup.procs", "1\n");
-        let paths = parse_proc_cgroup("0::/k/c2\n");
+        let paths = ProcCgroups::parse("0::/k/c2\n");
         let u = read_usage(&root, &paths);
         assert_eq!(u.cpu_ns, Some(2_500_000));
         assert_eq!(u.memory_usage, Some(8192));
@@ -294,7 +253,7 @@ mod tests {
         let root = tmp("v2max");
         write(&root, "cgroup.controllers", "memory\n");
         write(&root, "c/memory.max", "max\n");
-        let u = read_usage(&root, &parse_proc_cgroup("0::/c\n"));
+        let u = read_usage(&root, &ProcCgroups::parse("0::/c\n"));
         assert_eq!(u.memory_limit, None);
         std::fs::remove_dir_all(&root).unwrap();
     }

@@ -7,15 +7,16 @@
 
 pub mod cgroup;
 
-use crate::runtime::Runtime;
-use crate::sandbox::query::labels_match;
+use crate::container::ContainerService;
+use crate::sandbox::SandboxService;
 use crate::store::container::{ContainerRecord, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxState};
+use crate::store::to_cri::labels_match;
 use peapod_proto::v1 as cri;
 use peapod_shim::timefmt;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -73,13 +74,11 @@ pub fn parse_net_dev(text: &str) -> Vec<cri::NetworkInterfaceUsage> {
         .collect()
 }
 
-fn cgroup_paths(pid: u32) -> Option<cgroup::CgroupPaths> {
+fn cgroup_paths(pid: u32) -> Option<peapod_host::cgroup::ProcCgroups> {
     if pid == 0 {
         return None;
     }
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .ok()
-        .map(|t| cgroup::parse_proc_cgroup(&t))
+    peapod_host::cgroup::ProcCgroups::of_pid(pid).ok()
 }
 
 /// One process's cgroup figures, read once.
@@ -100,7 +99,29 @@ fn sample(pid: u32) -> Sample {
     }
 }
 
-impl Runtime {
+/// The stats calls, over what they read: the records, the image store (writable layers) and
+/// the previous CPU samples.
+pub struct StatsService {
+    containers: Arc<ContainerService>,
+    sandboxes: Arc<SandboxService>,
+    images: Arc<peapod_image::Store>,
+    sampler: Sampler,
+}
+
+impl StatsService {
+    pub fn new(
+        containers: Arc<ContainerService>,
+        sandboxes: Arc<SandboxService>,
+        images: Arc<peapod_image::Store>,
+    ) -> StatsService {
+        StatsService {
+            containers,
+            sandboxes,
+            images,
+            sampler: Sampler::default(),
+        }
+    }
+
     /// CPU and memory messages for a usage; `key` names the object for the CPU rate.
     fn cpu_mem(
         &self,
@@ -160,7 +181,7 @@ impl Runtime {
     }
 
     pub async fn container_stats(&self, id: &str) -> crate::Result<cri::ContainerStats> {
-        let rec = self.containers().resolve(id)?.get();
+        let rec = self.containers.records().read().resolve(id)?.get();
         Ok(self.container_stats_of(&rec).await.0)
     }
 
@@ -178,7 +199,7 @@ impl Runtime {
             }),
         };
         let mut out = Vec::new();
-        for rec in self.list_containers(Some(&list_filter)) {
+        for rec in self.containers.list(Some(&list_filter)) {
             out.push(self.container_stats_of(&rec).await.0);
         }
         out
@@ -194,7 +215,7 @@ impl Runtime {
             Sample::default()
         };
         let mut containers = Vec::new();
-        for c in self.containers_of(&sb.id) {
+        for c in self.containers.records().of_sandbox(&sb.id) {
             let rec = c.get();
             if rec.state == ContainerState::Running {
                 let (stats, s) = self.container_stats_of(&rec).await;
@@ -244,7 +265,7 @@ impl Runtime {
     }
 
     pub async fn pod_sandbox_stats(&self, id: &str) -> crate::Result<cri::PodSandboxStats> {
-        let sb = self.sandboxes().resolve(id)?.get();
+        let sb = self.sandboxes.records().read().resolve(id)?.get();
         Ok(self.pod_stats_of(&sb).await)
     }
 
@@ -261,7 +282,7 @@ impl Runtime {
             label_selector: HashMap::new(),
         };
         let mut out = Vec::new();
-        for sb in self.list_pod_sandboxes(Some(&list_filter)) {
+        for sb in self.sandboxes.list(Some(&list_filter)) {
             if labels_match(&sb.config.labels, &f.label_selector) {
                 out.push(self.pod_stats_of(&sb).await);
             }

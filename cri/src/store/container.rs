@@ -1,9 +1,10 @@
 //! Container records.
 
-use super::table::{Entry, Record, Table};
+use super::table::{Entry, Record, Records, Table};
 use peapod_proto::v1::{ContainerConfig, LinuxContainerResources};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContainerState {
@@ -47,12 +48,6 @@ pub struct ContainerRecord {
     pub supplemental_groups: Vec<u32>,
 }
 
-impl ContainerRecord {
-    pub fn is_running(&self) -> bool {
-        self.state == ContainerState::Running
-    }
-}
-
 impl Record for ContainerRecord {
     const KIND: &'static str = "container";
     const ID_FIELD: &'static str = "container_id";
@@ -72,3 +67,14 @@ impl Record for ContainerRecord {
 
 pub type Container = Entry<ContainerRecord>;
 pub type ContainerTable = Table<ContainerRecord>;
+pub type ContainerRecords = Records<ContainerRecord>;
+
+impl Records<ContainerRecord> {
+    /// The containers of one pod.
+    pub fn of_sandbox(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
+        self.all()
+            .into_iter()
+            .filter(|c| c.get().sandbox_id == sandbox_id)
+            .collect()
+    }
+}

@@ -8,6 +8,7 @@ pub mod container;
 pub mod names;
 pub mod sandbox;
 pub mod table;
+pub mod to_cri;
 
 use crate::error::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
@@ -16,11 +17,11 @@ use std::path::Path;
 /// Writes `value` as JSON to `path` atomically and durably.
 pub fn write_record<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(value)
-        .map_err(|e| Error::Internal(format!("encode record {}: {e}", path.display())))?;
+        .map_err(|e| Error::internal(format!("encode record {}: {e}", path.display())))?;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
     }
-    peapod_shim::protocol::write_file_atomic(path, &bytes)
+    peapod_host::fs::write_file_atomic(path, &bytes)
         .map_err(|e| Error::path("write record", path, e))
 }
 
@@ -29,7 +30,7 @@ pub fn read_record<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| Error::Internal(format!("decode record {}: {e}", path.display()))),
+            .map_err(|e| Error::internal(format!("decode record {}: {e}", path.display()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::path("read record", path, e)),
     }

@@ -12,7 +12,7 @@ impl NameIndex {
     /// Reserves `name` for `id`; AlreadyExists naming the current owner if taken.
     pub fn reserve(&mut self, name: &str, id: &str, what: &str) -> Result<()> {
         match self.owners.get(name) {
-            Some(owner) if owner != id => Err(Error::AlreadyExists(format!(
+            Some(owner) if owner != id => Err(Error::already_exists(format!(
                 "{what} name {name:?} is reserved for {owner}"
             ))),
             _ => {
@@ -39,7 +39,8 @@ mod tests {
         let mut n = NameIndex::default();
         n.reserve("a_ns_uid_0", "id1", "sandbox").unwrap();
         let err = n.reserve("a_ns_uid_0", "id2", "sandbox").unwrap_err();
-        assert!(matches!(err, Error::AlreadyExists(ref m) if m.contains("id1")));
+        assert_eq!(err.code(), crate::error::Code::AlreadyExists);
+        assert!(err.message().contains("id1"), "{err}");
         n.release("a_ns_uid_0", "id2");
         assert!(n.reserve("a_ns_uid_0", "id2", "sandbox").is_err());
         n.release("a_ns_uid_0", "id1");

@@ -1,6 +1,6 @@
 //! Sandbox records.
 
-use super::table::{Entry, Record, Table};
+use super::table::{Entry, Record, Records, Table};
 use peapod_proto::v1::PodSandboxConfig;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -81,3 +81,4 @@ impl Record for SandboxRecord {
 
 pub type Sandbox = Entry<SandboxRecord>;
 pub type SandboxTable = Table<SandboxRecord>;
+pub type SandboxRecords = Records<SandboxRecord>;

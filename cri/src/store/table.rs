@@ -7,7 +7,7 @@ use crate::ids::{IdIndex, Lookup};
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// What a persisted record must tell the table.
 pub trait Record: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
@@ -25,15 +25,19 @@ pub trait Record: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
 /// One object while the daemon runs.
 pub struct Entry<R: Record> {
     pub id: String,
+    /// Where the record is persisted.
+    file: PathBuf,
     record: RwLock<R>,
     /// Serializes lifecycle operations on this object.
     pub op: tokio::sync::Mutex<()>,
 }
 
 impl<R: Record> Entry<R> {
-    pub fn new(record: R) -> Arc<Entry<R>> {
+    /// An entry whose record lives under the daemon root `root`.
+    pub fn new(root: &Path, record: R) -> Arc<Entry<R>> {
         Arc::new(Entry {
             id: record.id().to_string(),
+            file: R::path(root, record.id()),
             record: RwLock::new(record),
             op: tokio::sync::Mutex::new(()),
         })
@@ -48,30 +52,25 @@ impl<R: Record> Entry<R> {
 
     /// Like [`Entry::update`], but only when `pred` holds, checked under the same lock (for
     /// state transitions two tasks may race to make). Returns whether it applied.
-    pub fn update_if(
-        &self,
-        root: &Path,
-        pred: impl FnOnce(&R) -> bool,
-        f: impl FnOnce(&mut R),
-    ) -> Result<bool> {
+    pub fn update_if(&self, pred: impl FnOnce(&R) -> bool, f: impl FnOnce(&mut R)) -> Result<bool> {
         let mut guard = self.record.write().unwrap_or_else(|p| p.into_inner());
         if !pred(&guard) {
             return Ok(false);
         }
         let mut next = guard.clone();
         f(&mut next);
-        super::write_record(&R::path(root, &self.id), &next)?;
+        super::write_record(&self.file, &next)?;
         *guard = next;
         Ok(true)
     }
 
     /// Applies `f` to the record and persists it; the in-memory record changes only if the
     /// write succeeded.
-    pub fn update(&self, root: &Path, f: impl FnOnce(&mut R)) -> Result<R> {
+    pub fn update(&self, f: impl FnOnce(&mut R)) -> Result<R> {
         let mut guard = self.record.write().unwrap_or_else(|p| p.into_inner());
         let mut next = guard.clone();
         f(&mut next);
-        super::write_record(&R::path(root, &self.id), &next)?;
+        super::write_record(&self.file, &next)?;
         *guard = next.clone();
         Ok(next)
     }
@@ -134,12 +133,53 @@ impl<R: Record> Table<R> {
                     if let Err(e) = self.names.reserve(record.name(), &id, R::KIND) {
                         tracing::warn!(id = %id, error = %e, "duplicate name in records");
                     }
-                    self.insert(Entry::new(record));
+                    self.insert(Entry::new(root, record));
                 }
                 Ok(None) => {}
                 Err(e) => tracing::warn!(id = %id, error = %e, "skipping an unreadable record"),
             }
         }
         Ok(())
+    }
+}
+
+/// A table shared by the services that read or change it, with the daemon root its records
+/// are persisted under.
+pub struct Records<R: Record> {
+    root: PathBuf,
+    table: RwLock<Table<R>>,
+}
+
+impl<R: Record> Records<R> {
+    /// The records persisted under `<root>/<dir>/*/`.
+    pub fn load(root: &Path, dir: &str) -> Result<Records<R>> {
+        let mut table = Table::default();
+        table.load(root, dir)?;
+        Ok(Records {
+            root: root.to_path_buf(),
+            table: RwLock::new(table),
+        })
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, Table<R>> {
+        self.table.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, Table<R>> {
+        self.table.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The object an id or unique prefix names.
+    pub fn resolve(&self, id: &str) -> Result<Arc<Entry<R>>> {
+        self.read().resolve(id)
+    }
+
+    pub fn all(&self) -> Vec<Arc<Entry<R>>> {
+        self.read().all()
+    }
+
+    /// A new entry for `record` (not yet in the table, not yet persisted).
+    pub fn entry(&self, record: R) -> Arc<Entry<R>> {
+        Entry::new(&self.root, record)
     }
 }

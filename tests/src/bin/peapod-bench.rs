@@ -4,12 +4,19 @@
 //! ```text
 //! peapod-bench [--endpoint unix:///run/peapod/peapod.sock] [--runs 20] [--cgroup-parent /peapod-bench]
 //!              [--daemon-match "containerd --config"] [--shim-match containerd-shim-runc-v2]
+//!              [--exec-runs 200] [--exec-image REF]
 //! ```
 //!
 //! For each run: RunPodSandbox is timed (until the sandbox is ready, as the CRI requires),
 //! then the pod is stopped and removed (not timed). It then prints min, p50, p90 and max, the
 //! ListPodSandbox latency with N pods present, and the resident memory of the daemon and of
 //! the shims when they can be found by their command lines.
+//!
+//! Then the exec-probe figure: one pod with one running container, and `--exec-runs` ExecSync
+//! calls of `true` in it, one after the other, as the kubelet's exec probes make them; it
+//! prints min, p50, p90 and max. The image is `--exec-image` if given (it must be pullable by
+//! the endpoint), else a busybox image the benchmark builds and serves from a registry of its
+//! own on loopback. `--exec-runs 0` skips it.
 
 use e2e::fixtures::sandbox_config;
 use e2e::Cri;
@@ -24,6 +31,9 @@ struct Args {
     /// Command-line substrings that find the daemon's and the shims' processes.
     daemon_match: String,
     shim_match: String,
+    /// ExecSync calls for the exec-probe figure (0: none).
+    exec_runs: usize,
+    exec_image: Option<String>,
 }
 
 fn parse_args() -> Args {
@@ -34,6 +44,8 @@ fn parse_args() -> Args {
         handler: String::new(),
         daemon_match: "peapod serve".into(),
         shim_match: "peapod-shim serve".into(),
+        exec_runs: 200,
+        exec_image: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -45,8 +57,10 @@ fn parse_args() -> Args {
             "--runtime-handler" => a.handler = value(),
             "--daemon-match" => a.daemon_match = value(),
             "--shim-match" => a.shim_match = value(),
+            "--exec-runs" => a.exec_runs = value().parse().expect("--exec-runs is a number"),
+            "--exec-image" => a.exec_image = Some(value()),
             "-h" | "--help" => {
-                println!("peapod-bench [--endpoint unix://PATH] [--runs N] [--cgroup-parent PATH] [--runtime-handler NAME] [--daemon-match CMDLINE-SUBSTRING] [--shim-match CMDLINE-SUBSTRING]");
+                println!("peapod-bench [--endpoint unix://PATH] [--runs N] [--cgroup-parent PATH] [--runtime-handler NAME] [--daemon-match CMDLINE-SUBSTRING] [--shim-match CMDLINE-SUBSTRING] [--exec-runs N] [--exec-image REF]");
                 std::process::exit(0);
             }
             other => panic!("unknown flag {other}"),
@@ -166,6 +180,9 @@ async fn main() -> anyhow::Result<()> {
         ms(*times.last().unwrap_or(&Duration::ZERO))
     );
     println!("ListPodSandbox with {n} pods: {}", ms(list_time));
+    if args.exec_runs > 0 {
+        exec_probe(&mut c, &args, run_id).await?;
+    }
     for (pid, m) in &daemons {
         println!(
             "daemon pid {pid}: RSS {:.1} MB, PSS {:.1} MB, private {:.1} MB",
@@ -185,4 +202,108 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// ExecSync `true` `args.exec_runs` times in one running container; prints the latencies.
+async fn exec_probe(c: &mut Cri, args: &Args, run_id: u32) -> anyhow::Result<()> {
+    // Kept alive until the end: the registry serves the image while it is pulled.
+    let mut registry = None;
+    let image = match &args.exec_image {
+        Some(reference) => reference.clone(),
+        None => {
+            let images = e2e::pods::Images::start();
+            let reference = images.push("bench/busybox:1", &e2e::pods::busybox());
+            registry = Some(images);
+            reference
+        }
+    };
+    let image_ref = c
+        .image
+        .pull_image(cri::PullImageRequest {
+            image: Some(cri::ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .image_ref;
+    let config = sandbox_config(&format!("bench-exec-{run_id}"), &args.cgroup_parent);
+    let pod = c
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: args.handler.clone(),
+        })
+        .await?
+        .into_inner()
+        .pod_sandbox_id;
+    let result = exec_probe_in(c, args, &pod, &config, &image_ref).await;
+    c.runtime
+        .stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: pod.clone(),
+        })
+        .await?;
+    c.runtime
+        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: pod,
+        })
+        .await?;
+    drop(registry);
+    let mut times = result?;
+    times.sort();
+    println!(
+        "ExecSync `true` over {} calls in one running container:",
+        times.len()
+    );
+    println!(
+        "  min {}  p50 {}  p90 {}  max {}",
+        ms(times[0]),
+        ms(percentile(&times, 0.5)),
+        ms(percentile(&times, 0.9)),
+        ms(*times.last().unwrap_or(&Duration::ZERO))
+    );
+    Ok(())
+}
+
+async fn exec_probe_in(
+    c: &mut Cri,
+    args: &Args,
+    pod: &str,
+    pod_config: &cri::PodSandboxConfig,
+    image: &str,
+) -> anyhow::Result<Vec<Duration>> {
+    let container = e2e::pods::container("probed", image, &["sleep"], &["100000"]);
+    let id = c
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.to_string(),
+            config: Some(container),
+            sandbox_config: Some(pod_config.clone()),
+        })
+        .await?
+        .into_inner()
+        .container_id;
+    c.runtime
+        .start_container(cri::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await?;
+    let mut times = Vec::with_capacity(args.exec_runs);
+    for _ in 0..args.exec_runs {
+        let start = Instant::now();
+        let out = c
+            .runtime
+            .exec_sync(cri::ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: vec!["true".into()],
+                timeout: 10,
+            })
+            .await?
+            .into_inner();
+        times.push(start.elapsed());
+        anyhow::ensure!(out.exit_code == 0, "`true` exited {}", out.exit_code);
+    }
+    Ok(times)
 }

@@ -2,14 +2,14 @@
 //! the shim wrote says whether the memory cgroup killed it.
 
 use super::exit_reason;
-use crate::runtime::Runtime;
+use super::ContainerService;
 use crate::store::container::{Container, ContainerState};
 use peapod_shim::protocol::ExitRecord;
 use std::sync::Arc;
 
-impl Runtime {
+impl ContainerService {
     /// Records an exit (once: later calls for the same exit change nothing).
-    pub(crate) fn record_exit(&self, c: &Container, code: i32, at_ns: i64) {
+    pub(super) fn record_exit(&self, c: &Container, code: i32, at_ns: i64) {
         let rec = c.get();
         if rec.state != ContainerState::Running {
             return;
@@ -17,9 +17,7 @@ impl Runtime {
         let durable = ExitRecord::read(&rec.exit_file).ok().flatten();
         let oom = durable.is_some_and(|d| d.oom_killed);
         let finished = durable.map_or(at_ns, |d| d.exited_at_ns);
-        let root = self.root().to_path_buf();
         let result = c.update_if(
-            &root,
             |r| r.state == ContainerState::Running,
             |r| {
                 r.state = ContainerState::Exited;
@@ -32,7 +30,7 @@ impl Runtime {
             Ok(false) => {}
             Ok(true) => {
                 tracing::info!(container = %c.id, code, oom, "container exited");
-                self.emit(
+                self.events.emit(
                     &c.id,
                     &rec.sandbox_id,
                     peapod_proto::v1::ContainerEventType::ContainerStoppedEvent,
@@ -43,11 +41,11 @@ impl Runtime {
     }
 
     /// Waits (in the background) for a running container to exit and records it.
-    pub(crate) fn watch_exit(self: &Arc<Self>, c: Arc<Container>) {
+    pub(super) fn watch_exit(self: &Arc<Self>, c: Arc<Container>) {
         let rt = self.clone();
         tokio::spawn(async move {
             let rec = c.get();
-            let waited = match rt.shim_for(&rec.sandbox_id).await {
+            let waited = match rt.shims.get(&rec.sandbox_id).await {
                 Ok(shim) => shim.wait(&rec.id, "").await,
                 Err(e) => Err(e),
             };
@@ -59,7 +57,7 @@ impl Runtime {
     }
 
     /// The shim cannot tell: use the exit record if there is one, else the state is unknown.
-    fn settle_without_shim(&self, c: &Container, why: &str) {
+    pub(super) fn settle_without_shim(&self, c: &Container, why: &str) {
         let rec = c.get();
         if rec.state != ContainerState::Running {
             return;
@@ -68,9 +66,8 @@ impl Runtime {
             Some(exit) => self.record_exit(c, exit.exit_code, exit.exited_at_ns),
             None => {
                 tracing::warn!(container = %c.id, why, "lost track of a running container");
-                let root = self.root().to_path_buf();
                 let message = format!("the shim is gone: {why}");
-                if let Err(e) = c.update(&root, |r| {
+                if let Err(e) = c.update(|r| {
                     r.state = ContainerState::Unknown;
                     r.message = message;
                 }) {
@@ -80,15 +77,11 @@ impl Runtime {
         }
     }
 
-    /// After a restart: follow every pod and container that was running when the daemon went
+    /// After a restart: follow every container that was running when the daemon went
     /// away.
-    pub fn resume_watches(self: &Arc<Self>) {
-        for sb in self.sandboxes().all() {
-            if sb.get().state == crate::store::sandbox::SandboxState::Ready {
-                self.watch_pause(sb);
-            }
-        }
-        for c in self.containers().all() {
+    pub fn resume(self: &Arc<Self>) {
+        self.reload_processes();
+        for c in self.containers.read().all() {
             if c.get().state == ContainerState::Running {
                 self.watch_exit(c);
             }

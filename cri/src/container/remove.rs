@@ -1,0 +1,63 @@
+//! RemoveContainer, and removing every container of a pod (RemovePodSandbox).
+
+use super::ContainerService;
+use crate::error::{Error, Optional, Result};
+use crate::store::container::{Container, ContainerState};
+use peapod_proto::v1::ContainerEventType;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl ContainerService {
+    /// RemoveContainer: kills it if running; succeeds for an unknown id.
+    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(c) = self.containers.read().resolve(id).optional()? else {
+            return Ok(());
+        };
+        let _op = c.op.lock().await;
+        self.remove_locked(&c).await?;
+        self.containers.write().remove(&c.id);
+        self.events.emit(
+            &c.id,
+            &c.get().sandbox_id,
+            ContainerEventType::ContainerDeletedEvent,
+        );
+        Ok(())
+    }
+
+    pub(super) async fn remove_locked(&self, c: &Container) -> Result<()> {
+        let rec = c.get();
+        self.processes.forget(&rec.id);
+        if rec.state == ContainerState::Running {
+            self.kill_and_wait(c, libc::SIGKILL, Duration::ZERO).await?;
+        }
+        match self.shims.get(&rec.sandbox_id).await {
+            Ok(shim) => {
+                shim.delete(&rec.id, "").await.optional()?;
+            }
+            Err(e) => {
+                tracing::debug!(container = %rec.id, error = %e, "no shim to delete the task in")
+            }
+        }
+        self.images.remove_rootfs(&rec.id, &rec.rootfs).await?;
+        for dir in [
+            self.paths.container_state_dir(&rec.id),
+            self.paths.container_root_dir(&rec.id),
+        ] {
+            peapod_host::fs::remove_dir_all_if_exists(&dir)
+                .map_err(|e| Error::path("remove", &dir, e))?;
+        }
+        Ok(())
+    }
+
+    /// Removes every container of a sandbox, as RemovePodSandbox must.
+    pub(crate) async fn remove_all_of(&self, sandbox_id: &str) -> Result<()> {
+        for c in self.containers.of_sandbox(sandbox_id) {
+            let _op = c.op.lock().await;
+            self.remove_locked(&c).await?;
+            self.containers.write().remove(&c.id);
+            self.events
+                .emit(&c.id, sandbox_id, ContainerEventType::ContainerDeletedEvent);
+        }
+        Ok(())
+    }
+}

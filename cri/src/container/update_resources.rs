@@ -1,0 +1,31 @@
+//! UpdateContainerResources.
+
+use super::{host_facts, not_running, ContainerService};
+use crate::error::{Error, Result};
+use crate::store::container::ContainerState;
+use peapod_proto::v1::LinuxContainerResources;
+use std::sync::Arc;
+
+impl ContainerService {
+    pub async fn update_resources(
+        self: &Arc<Self>,
+        id: &str,
+        resources: LinuxContainerResources,
+    ) -> Result<()> {
+        let c = self.containers.read().resolve(id)?;
+        let _op = c.op.lock().await;
+        let rec = c.get();
+        if !matches!(rec.state, ContainerState::Created | ContainerState::Running) {
+            return Err(not_running(&rec, "update its resources"));
+        }
+        let linux = peapod_spec::linux_resources(&resources, &host_facts()).map_err(Error::from)?;
+        let json = serde_json::to_vec(&linux).map_err(|e| Error::internal(e.to_string()))?;
+        self.shims
+            .get(&rec.sandbox_id)
+            .await?
+            .update(&rec.id, json)
+            .await?;
+        c.update(|r| r.resources = Some(resources))?;
+        Ok(())
+    }
+}

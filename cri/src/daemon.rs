@@ -1,0 +1,211 @@
+//! The daemon: it builds the services from the configuration and holds them; the gRPC layer
+//! (`server/`) calls them. Each service owns its state and gets what it uses, so nothing here
+//! has behaviour of its own beyond assembly and the streaming server's start.
+
+use crate::config::Config;
+use crate::container::{ContainerDeps, ContainerService};
+use crate::error::{Error, Result};
+use crate::events::Events;
+use crate::exec::ExecService;
+use crate::host_ops::{HostOps, RealHostOps};
+use crate::images::Images;
+use crate::network::{Network, PodNetwork};
+use crate::paths::Paths;
+use crate::sandbox::{SandboxDeps, SandboxService, SandboxSettings};
+use crate::shim::{ShimManager, Shims};
+use crate::stats::StatsService;
+use crate::store::container::ContainerRecords;
+use crate::store::sandbox::SandboxRecords;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The side effects the pod and container lifecycle has, each behind a narrow trait: real
+/// ones in the daemon, fakes in unit tests.
+#[derive(Clone)]
+pub struct Effects {
+    pub shims: Arc<dyn Shims>,
+    pub pod_network: Arc<dyn PodNetwork>,
+    pub host: Arc<dyn HostOps>,
+    pub images: Arc<dyn Images>,
+}
+
+pub struct Daemon {
+    pub config: Config,
+    /// The image store, for the image calls.
+    pub images: Arc<peapod_image::Store>,
+    /// The configured network, for Status and UpdateRuntimeConfig.
+    pub network: Arc<Network>,
+    pub sandboxes: Arc<SandboxService>,
+    pub containers: Arc<ContainerService>,
+    pub exec: Arc<ExecService>,
+    pub stats: StatsService,
+    /// Lifecycle events for GetContainerEvents.
+    pub events: Arc<Events>,
+    /// The exec/attach/port-forward server (started right after the services).
+    streaming: std::sync::OnceLock<peapod_streaming::Server>,
+}
+
+fn mkdir(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path).map_err(|e| Error::path("create", path, e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::path("chmod", path, e))
+}
+
+/// The daemon's directories under its root (persistent) and state (runtime) directories.
+fn prepare_dirs(config: &Config) -> Result<()> {
+    mkdir(&config.root, 0o711)?;
+    mkdir(&config.state, 0o711)?;
+    for dir in ["sandboxes", "containers"] {
+        mkdir(&config.root.join(dir), 0o700)?;
+    }
+    for dir in ["sandboxes", "netns", "s", "runc"] {
+        mkdir(&config.state.join(dir), 0o711)?;
+    }
+    Ok(())
+}
+
+impl Daemon {
+    /// Prepares the directories, opens the image store and loads the persisted records.
+    pub async fn new(config: Config) -> Result<Arc<Daemon>> {
+        prepare_dirs(&config)?;
+        let registry = peapod_image::RegistryConfig {
+            insecure: config.registry.insecure.clone(),
+            mirrors: config
+                .registry
+                .mirrors
+                .iter()
+                .map(|(host, m)| (host.clone(), m.endpoints.clone()))
+                .collect(),
+        };
+        let images = peapod_image::Store::open(&config.root.join("image"), registry).await?;
+        let network = Arc::new(Network::new(
+            &config.cni,
+            &config.root.join("cni").join("networks"),
+        ));
+        let effects = Effects {
+            shims: Arc::new(ShimManager::new(
+                ShimManager::find_binary(&config.runtime.shim_path),
+                config.runtime.path.clone(),
+                config.state.join("runc"),
+                config.state.join("s"),
+            )),
+            pod_network: network.clone(),
+            host: Arc::new(RealHostOps),
+            images: images.clone(),
+        };
+        let daemon = Daemon::assemble(config, images, network, effects)?;
+        daemon.sandboxes.resume();
+        daemon.containers.resume();
+        daemon.start_streaming().await?;
+        Ok(daemon)
+    }
+
+    /// The services over the given parts, with their records loaded; no background work
+    /// started (no watches, no streaming server). Unit tests build it with fakes.
+    pub fn assemble(
+        config: Config,
+        images: Arc<peapod_image::Store>,
+        network: Arc<Network>,
+        effects: Effects,
+    ) -> Result<Arc<Daemon>> {
+        prepare_dirs(&config)?;
+        let pause_rootfs = crate::pause::materialize(&config.root.join("pause"))?;
+        // A sandbox left in `Creating` by a crash is kept (listed as not ready) for
+        // RemovePodSandbox to clean.
+        let sandbox_records = Arc::new(SandboxRecords::load(&config.root, "sandboxes")?);
+        let container_records = Arc::new(ContainerRecords::load(&config.root, "containers")?);
+        let events = Arc::new(Events::new(
+            sandbox_records.clone(),
+            container_records.clone(),
+        ));
+        let paths = Paths {
+            root: config.root.clone(),
+            state: config.state.clone(),
+        };
+        let containers = Arc::new(ContainerService::new(ContainerDeps {
+            containers: container_records,
+            sandboxes: sandbox_records.clone(),
+            shims: effects.shims.clone(),
+            images: effects.images.clone(),
+            events: events.clone(),
+            paths: paths.clone(),
+            cgroup_driver: config.cgroup.driver,
+        }));
+        let sandboxes = Arc::new(SandboxService::new(SandboxDeps {
+            sandboxes: sandbox_records,
+            containers: containers.clone(),
+            shims: effects.shims.clone(),
+            network: effects.pod_network,
+            host: effects.host,
+            images: effects.images,
+            events: events.clone(),
+            paths,
+            settings: SandboxSettings {
+                cgroup_driver: config.cgroup.driver,
+                default_cgroup_parent: config.cgroup.default_parent.clone(),
+                runtime_path: config.runtime.path.clone(),
+                sandbox_image: config.sandbox.image.clone(),
+                pause_rootfs,
+            },
+        }));
+        let exec = Arc::new(ExecService::new(
+            containers.clone(),
+            sandboxes.clone(),
+            effects.shims,
+        ));
+        let stats = StatsService::new(containers.clone(), sandboxes.clone(), images.clone());
+        Ok(Arc::new(Daemon {
+            config,
+            images,
+            network,
+            sandboxes,
+            containers,
+            exec,
+            stats,
+            events,
+            streaming: std::sync::OnceLock::new(),
+        }))
+    }
+
+    async fn start_streaming(self: &Arc<Self>) -> Result<()> {
+        let cfg = &self.config.streaming;
+        let tls = match (cfg.tls_cert.is_empty(), cfg.tls_key.is_empty()) {
+            (true, true) => None,
+            (false, false) => Some(peapod_streaming::TlsConfig {
+                cert_file: cfg.tls_cert.clone().into(),
+                key_file: cfg.tls_key.clone().into(),
+            }),
+            _ => {
+                return Err(Error::invalid(
+                    "streaming.tls_cert and streaming.tls_key must be given together",
+                ))
+            }
+        };
+        let config = peapod_streaming::Config {
+            address: cfg.address.clone(),
+            tls,
+            ..Default::default()
+        };
+        let backend = Arc::new(crate::exec::streaming::StreamingBackend {
+            exec: self.exec.clone(),
+        });
+        let server = peapod_streaming::Server::start(config, backend)
+            .await
+            .map_err(|e| {
+                Error::internal(format!(
+                    "start the streaming server on {}: {e}",
+                    cfg.address
+                ))
+            })?;
+        tracing::info!(url = %server.base_url(), "streaming server listening");
+        let _ = self.streaming.set(server);
+        Ok(())
+    }
+
+    pub fn streaming(&self) -> Result<&peapod_streaming::Server> {
+        self.streaming
+            .get()
+            .ok_or_else(|| Error::unavailable("the streaming server is not running"))
+    }
+}

@@ -1,0 +1,59 @@
+//! RemovePodSandbox, and the removal of everything a sandbox has (also what a failed
+//! RunPodSandbox runs).
+
+use super::SandboxService;
+use crate::error::{Error, Optional, Result};
+use crate::store::sandbox::Sandbox;
+use peapod_proto::v1::ContainerEventType;
+use std::path::Path;
+use std::sync::Arc;
+
+fn remove_dir(path: &Path) -> Result<()> {
+    peapod_host::fs::remove_dir_all_if_exists(path).map_err(|e| Error::path("remove", path, e))
+}
+
+impl SandboxService {
+    /// RemovePodSandbox: succeeds for an unknown id.
+    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(sandbox) = self.sandboxes.read().resolve(id).optional()? else {
+            return Ok(());
+        };
+        let _op = sandbox.op.lock().await;
+        self.destroy_sandbox(&sandbox).await?;
+        self.sandboxes.write().remove(&sandbox.id);
+        self.events.emit(
+            &sandbox.id,
+            &sandbox.id,
+            ContainerEventType::ContainerDeletedEvent,
+        );
+        Ok(())
+    }
+
+    /// Removes everything of a sandbox: containers, pause, network, shm, shim, files, record.
+    pub(super) async fn destroy_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
+        let span = tracing::info_span!("remove", sandbox = %sandbox.id);
+        let _e = span.enter();
+        self.containers.remove_all_of(&sandbox.id).await?;
+        self.stop_pause(sandbox).await?;
+        if let Err(e) = self.teardown_network(sandbox, true).await {
+            tracing::warn!(error = %e, "CNI DEL failed on remove; the network namespace is removed anyway");
+        }
+        let rec = sandbox.get();
+        if let Some(shm) = &rec.shm {
+            self.host.unmount(shm)?;
+        }
+        if let Some(shim) = self.live_shim(sandbox).await {
+            shim.delete(&sandbox.id, "").await.optional()?;
+            shim.shutdown_and_wait().await?;
+        }
+        self.shims.forget(&sandbox.id);
+        if rec.rootfs_mounted {
+            self.images
+                .remove_rootfs(&sandbox.id, &rec.dir.join("rootfs"))
+                .await?;
+        }
+        remove_dir(&rec.dir)?;
+        remove_dir(&self.paths.sandbox_root_dir(&sandbox.id))?;
+        Ok(())
+    }
+}

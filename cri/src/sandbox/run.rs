@@ -1,0 +1,243 @@
+//! RunPodSandbox: the pod's network namespace, CNI, its shim and pause container, with
+//! everything made so far removed again if a step fails.
+
+use super::spec::{self, namespace_modes, PauseInputs};
+use super::SandboxService;
+use crate::cgroups;
+use crate::error::{Error, Result};
+use crate::network::files;
+use crate::shim::Shim;
+use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
+use peapod_proto::v1::{ContainerEventType, NamespaceMode, PodSandboxConfig};
+use peapod_shim::protocol::CreateOptions;
+use peapod_shim::timefmt;
+use std::sync::Arc;
+
+/// Checks a sandbox config; errors name the field.
+fn validate(config: &PodSandboxConfig, runtime_handler: &str, handler_name: &str) -> Result<()> {
+    let m = config
+        .metadata
+        .as_ref()
+        .ok_or_else(|| Error::invalid("config.metadata is required"))?;
+    for (field, value) in [
+        ("name", &m.name),
+        ("namespace", &m.namespace),
+        ("uid", &m.uid),
+    ] {
+        if value.is_empty() {
+            return Err(Error::invalid(format!(
+                "config.metadata.{field} is required"
+            )));
+        }
+    }
+    let handler_ok =
+        runtime_handler.is_empty() || runtime_handler == "runc" || runtime_handler == handler_name;
+    if !handler_ok {
+        return Err(Error::invalid(format!(
+            "runtime_handler {runtime_handler:?} is not configured (peapod has {:?})",
+            handler_name
+        )));
+    }
+    let (net, _, _) = namespace_modes(config);
+    if net == NamespaceMode::Container || net == NamespaceMode::Target {
+        return Err(Error::invalid(
+            "config.linux.security_context.namespace_options.network must be POD or NODE",
+        ));
+    }
+    if config.hostname.len() > 64 {
+        return Err(Error::invalid(
+            "config.hostname is longer than 64 characters",
+        ));
+    }
+    let security = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref());
+    if let Some(s) = security {
+        if s.run_as_group.is_some() && s.run_as_user.is_none() {
+            return Err(Error::invalid(
+                "config.linux.security_context.run_as_group requires run_as_user",
+            ));
+        }
+    }
+    if let Some(linux) = &config.linux {
+        for key in linux.sysctls.keys() {
+            let well_formed = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c));
+            if !well_formed {
+                return Err(Error::invalid(format!(
+                    "config.linux.sysctls has an invalid key {key:?}"
+                )));
+            }
+            if net == NamespaceMode::Node && key.starts_with("net.") {
+                return Err(Error::invalid(format!(
+                    "config.linux.sysctls: {key} cannot be set for a pod in the host network"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl SandboxService {
+    /// RunPodSandbox. On any failure everything made so far is removed and the name released.
+    pub async fn run(
+        self: &Arc<Self>,
+        config: PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String> {
+        validate(&config, &runtime_handler, &self.runtime_handler_name())?;
+        let name = SandboxRecord::name_of(&config);
+        let id = {
+            let mut table = self.sandboxes.write();
+            let id = table.ids.generate_unique(&Default::default());
+            table.names.reserve(&name, &id, "pod sandbox")?;
+            id
+        };
+        let span = tracing::info_span!("sandbox", id = %id, pod = %name);
+        let _enter = span.enter();
+        let (net, _, ipc) = namespace_modes(&config);
+        let parent = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| self.settings.default_cgroup_parent.clone());
+        let dir = self.paths.sandbox_state_dir(&id);
+        let record = SandboxRecord {
+            id: id.clone(),
+            name: name.clone(),
+            cgroups_path: cgroups::cgroups_path(self.settings.cgroup_driver, &parent, &id),
+            cgroup_parent: parent,
+            config,
+            runtime_handler,
+            created_at_ns: timefmt::now_ns(),
+            state: SandboxState::Creating,
+            netns: None,
+            ips: Vec::new(),
+            cni: None,
+            shim_socket: self.shims.socket_path(&id),
+            pause_pid: 0,
+            shm: (ipc != NamespaceMode::Node).then(|| dir.join("shm")),
+            dir,
+            rootfs_mounted: false,
+        };
+        let sandbox = self.sandboxes.entry(record);
+        match self.create_sandbox(&sandbox, net).await {
+            Ok(()) => {
+                self.sandboxes.write().insert(sandbox.clone());
+                self.watch_pause(sandbox);
+                self.events
+                    .emit(&id, &id, ContainerEventType::ContainerCreatedEvent);
+                self.events
+                    .emit(&id, &id, ContainerEventType::ContainerStartedEvent);
+                Ok(id)
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "RunPodSandbox failed; removing what it made");
+                if let Err(cleanup) = self.destroy_sandbox(&sandbox).await {
+                    tracing::error!(error = %cleanup, "cleaning up a failed sandbox");
+                }
+                self.sandboxes.write().names.release(&name, &id);
+                Err(err)
+            }
+        }
+    }
+
+    pub(super) async fn create_sandbox(
+        self: &Arc<Self>,
+        sandbox: &Arc<Sandbox>,
+        net: NamespaceMode,
+    ) -> Result<()> {
+        let id = sandbox.id.clone();
+        let rec = sandbox.get();
+        std::fs::create_dir_all(&rec.dir).map_err(|e| Error::path("create", &rec.dir, e))?;
+        // Persisted first, so that a crash half-way leaves a record to clean up from.
+        sandbox.update(|_| {})?;
+
+        let started = std::time::Instant::now();
+        // The pause container needs only the namespace to exist, not the network in it: CNI
+        // runs while the shim and the pause container start.
+        if net != NamespaceMode::Node {
+            let path = self.host.pin_netns(&self.paths.netns_dir(), &id)?;
+            sandbox.update(|r| r.netns = Some(path))?;
+        }
+        let rec = sandbox.get();
+        let network = async {
+            if let Some(path) = &rec.netns {
+                let attachment = self.network.setup(&id, path, &rec.config).await?;
+                let ips = crate::network::cni::result_ips(&attachment.result);
+                sandbox.update(|r| {
+                    r.cni = Some(attachment);
+                    r.ips = ips;
+                })?;
+            }
+            Ok::<_, Error>(started.elapsed())
+        };
+        let pause = async {
+            let shim = self.shims.start(&id, &rec.dir.join("shim.log")).await?;
+            let shim_time = started.elapsed();
+            let pid = self.start_pause(sandbox, shim.as_ref()).await?;
+            Ok::<_, Error>((pid, shim_time, started.elapsed()))
+        };
+        let (network, pause) = tokio::join!(network, pause);
+        let network_time = network?;
+        let (pid, shim_time, pause_time) = pause?;
+        let rec = sandbox.get();
+        files::write_sandbox_files(
+            &rec.dir,
+            &rec.config.hostname,
+            &rec.ips,
+            rec.config.dns_config.as_ref(),
+            net == NamespaceMode::Node,
+        )?;
+        sandbox.update(|r| {
+            r.pause_pid = pid;
+            r.state = SandboxState::Ready;
+        })?;
+        tracing::info!(
+            total_ms = started.elapsed().as_millis() as u64,
+            network_ms = network_time.as_millis() as u64,
+            shim_ms = shim_time.as_millis() as u64,
+            pause_ms = pause_time.as_millis() as u64,
+            "pod sandbox ready"
+        );
+        Ok(())
+    }
+
+    /// The pod's /dev/shm, the pause rootfs and the pause container itself; returns its pid.
+    pub(super) async fn start_pause(&self, sandbox: &Arc<Sandbox>, shim: &dyn Shim) -> Result<u32> {
+        let id = &sandbox.id;
+        let rec = sandbox.get();
+        if let Some(shm) = &rec.shm {
+            self.host.mount_shm(shm)?;
+        }
+        let pause = self.pause_image(id, &rec.dir.join("rootfs")).await?;
+        if pause.mounted {
+            sandbox.update(|r| r.rootfs_mounted = true)?;
+        }
+        let bundle = rec.dir.join("bundle");
+        std::fs::create_dir_all(&bundle).map_err(|e| Error::path("create", &bundle, e))?;
+        let spec = spec::pause_spec(
+            &rec.config,
+            &PauseInputs {
+                rootfs: &pause.rootfs,
+                args: &pause.args,
+                netns: rec.netns.as_deref(),
+                shm: rec.shm.as_deref(),
+                cgroups_path: &rec.cgroups_path,
+            },
+        )?;
+        let config_json = bundle.join("config.json");
+        spec.save(&config_json)
+            .map_err(|e| Error::internal(format!("write {}: {e}", config_json.display())))?;
+        let options = CreateOptions {
+            // Nothing happens between create and start of a pause: one runtime call.
+            start: true,
+            ..Default::default()
+        };
+        shim.create(id, &bundle, false, &options).await
+    }
+}

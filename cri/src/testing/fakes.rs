@@ -1,0 +1,503 @@
+//! Fakes of the lifecycle's side effects. Each keeps what it has made (live shims and their
+//! tasks, CNI attachments, pinned namespaces and mounts, root filesystems) so that a test can
+//! check that a failure path removed it all, and each call can be told to fail.
+
+use crate::error::{Error, Result};
+use crate::host_ops::HostOps;
+use crate::images::Images;
+use crate::network::PodNetwork;
+use crate::shim::{ExecIo, Exit, ProcessState, Shim, Shims};
+use crate::store::sandbox::CniAttachment;
+use async_trait::async_trait;
+use containerd_shim_protos::types::task::Status;
+use peapod_image::{Image, ImageConfig};
+use peapod_proto::v1::PodSandboxConfig;
+use peapod_shim::protocol::CreateOptions;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The calls the fakes saw, and the ones they are told to fail. Call names are
+/// `<fake>.<call>`: `shim.start`, `shim.create`, `cni.add`, `netns.pin`, `rootfs.create`, …
+#[derive(Default)]
+pub struct Faults {
+    failing: Mutex<HashSet<String>>,
+    calls: Mutex<Vec<String>>,
+}
+
+impl Faults {
+    /// Makes every later call named `call` fail (with Internal).
+    pub fn fail(&self, call: &str) {
+        lock(&self.failing).insert(call.to_string());
+    }
+
+    pub fn heal(&self, call: &str) {
+        lock(&self.failing).remove(call);
+    }
+
+    /// How many times `call` was made.
+    pub fn count(&self, call: &str) -> usize {
+        lock(&self.calls).iter().filter(|c| *c == call).count()
+    }
+
+    /// Records a call; fails it if told to.
+    fn check(&self, call: &str) -> Result<()> {
+        lock(&self.calls).push(call.to_string());
+        if lock(&self.failing).contains(call) {
+            return Err(Error::internal(format!("injected failure of {call}")));
+        }
+        Ok(())
+    }
+}
+
+/// A task (container or exec) in a fake shim.
+#[derive(Debug, Clone)]
+struct Task {
+    pid: u32,
+    status: Status,
+    exit: Option<Exit>,
+}
+
+/// One pod's fake shim: tasks that run until killed.
+pub struct FakeShim {
+    faults: Arc<Faults>,
+    sandbox_id: String,
+    /// The pool it is in while it runs.
+    live: LiveShims,
+    tasks: Mutex<HashMap<(String, String), Task>>,
+    exited: tokio::sync::watch::Sender<u64>,
+    next_pid: Mutex<u32>,
+}
+
+impl FakeShim {
+    fn new(faults: Arc<Faults>, sandbox_id: &str, live: LiveShims) -> FakeShim {
+        FakeShim {
+            faults,
+            sandbox_id: sandbox_id.to_string(),
+            live,
+            tasks: Mutex::new(HashMap::new()),
+            exited: tokio::sync::watch::channel(0).0,
+            next_pid: Mutex::new(1000),
+        }
+    }
+
+    fn key(id: &str, exec_id: &str) -> (String, String) {
+        (id.to_string(), exec_id.to_string())
+    }
+
+    fn not_found(id: &str, exec_id: &str) -> Error {
+        Error::not_found(format!("task {id}/{exec_id} not found"))
+    }
+
+    /// Ids of the containers (not execs) this shim holds.
+    pub fn task_ids(&self) -> BTreeSet<String> {
+        lock(&self.tasks)
+            .keys()
+            .filter(|(_, e)| e.is_empty())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    fn set_running(&self, id: &str, exec_id: &str) -> Result<u32> {
+        let mut tasks = lock(&self.tasks);
+        let task = tasks
+            .get_mut(&Self::key(id, exec_id))
+            .ok_or_else(|| Self::not_found(id, exec_id))?;
+        task.status = Status::RUNNING;
+        Ok(task.pid)
+    }
+
+    fn add_task(&self, id: &str, exec_id: &str) -> Result<u32> {
+        let pid = {
+            let mut next = lock(&self.next_pid);
+            *next += 1;
+            *next
+        };
+        let mut tasks = lock(&self.tasks);
+        if tasks.contains_key(&Self::key(id, exec_id)) {
+            return Err(Error::already_exists(format!("task {id}/{exec_id} exists")));
+        }
+        tasks.insert(
+            Self::key(id, exec_id),
+            Task {
+                pid,
+                status: Status::CREATED,
+                exit: None,
+            },
+        );
+        Ok(pid)
+    }
+}
+
+#[async_trait]
+impl Shim for FakeShim {
+    async fn create(
+        &self,
+        id: &str,
+        _bundle: &Path,
+        _terminal: bool,
+        options: &CreateOptions,
+    ) -> Result<u32> {
+        self.faults.check("shim.create")?;
+        let pid = self.add_task(id, "")?;
+        if options.start {
+            self.set_running(id, "")?;
+        }
+        Ok(pid)
+    }
+
+    async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
+        self.faults.check("shim.start_task")?;
+        self.set_running(id, exec_id)
+    }
+
+    async fn kill(&self, id: &str, exec_id: &str, signal: u32, _all: bool) -> Result<()> {
+        self.faults.check("shim.kill")?;
+        {
+            let mut tasks = lock(&self.tasks);
+            let task = tasks
+                .get_mut(&Self::key(id, exec_id))
+                .ok_or_else(|| Self::not_found(id, exec_id))?;
+            if task.status == Status::RUNNING {
+                task.status = Status::STOPPED;
+                task.exit = Some(Exit {
+                    code: 128 + signal,
+                    at_ns: peapod_shim::timefmt::now_ns(),
+                });
+            }
+        }
+        self.exited.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit> {
+        self.faults.check("shim.delete")?;
+        let task = lock(&self.tasks)
+            .remove(&Self::key(id, exec_id))
+            .ok_or_else(|| Self::not_found(id, exec_id))?;
+        Ok(task.exit.unwrap_or(Exit { code: 0, at_ns: 0 }))
+    }
+
+    async fn wait(&self, id: &str, exec_id: &str) -> Result<Exit> {
+        self.faults.check("shim.wait")?;
+        let mut exited = self.exited.subscribe();
+        loop {
+            {
+                let tasks = lock(&self.tasks);
+                let task = tasks
+                    .get(&Self::key(id, exec_id))
+                    .ok_or_else(|| Self::not_found(id, exec_id))?;
+                if let Some(exit) = task.exit {
+                    return Ok(exit);
+                }
+            }
+            exited
+                .changed()
+                .await
+                .map_err(|_| Error::internal("fake shim dropped"))?;
+        }
+    }
+
+    async fn state(&self, id: &str, exec_id: &str) -> Result<ProcessState> {
+        self.faults.check("shim.state")?;
+        let tasks = lock(&self.tasks);
+        let task = tasks
+            .get(&Self::key(id, exec_id))
+            .ok_or_else(|| Self::not_found(id, exec_id))?;
+        Ok(ProcessState {
+            pid: task.pid,
+            status: task.status,
+            exit: task.exit,
+        })
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        exec_id: &str,
+        _process_json: Vec<u8>,
+        _io: &ExecIo,
+    ) -> Result<()> {
+        self.faults.check("shim.exec")?;
+        self.add_task(id, exec_id).map(drop)
+    }
+
+    async fn update(&self, id: &str, _resources_json: Vec<u8>) -> Result<()> {
+        self.faults.check("shim.update")?;
+        self.state(id, "").await.map(drop)
+    }
+
+    async fn resize(&self, _id: &str, _exec_id: &str, _w: u32, _h: u32) -> Result<()> {
+        self.faults.check("shim.resize")
+    }
+
+    async fn reopen_log(&self, id: &str) -> Result<()> {
+        self.faults.check("shim.reopen_log")?;
+        self.state(id, "").await.map(drop)
+    }
+
+    async fn shutdown_and_wait(&self) -> Result<()> {
+        self.faults.check("shim.shutdown")?;
+        lock(&self.live).remove(&self.sandbox_id);
+        Ok(())
+    }
+}
+
+type LiveShims = Arc<Mutex<HashMap<String, Arc<FakeShim>>>>;
+
+/// Fake shims, one per pod, "running" from `start` until a successful shutdown.
+pub struct FakeShims {
+    faults: Arc<Faults>,
+    dir: PathBuf,
+    live: LiveShims,
+}
+
+impl FakeShims {
+    pub fn new(faults: Arc<Faults>, dir: &Path) -> FakeShims {
+        FakeShims {
+            faults,
+            dir: dir.to_path_buf(),
+            live: Arc::default(),
+        }
+    }
+
+    /// The pods whose shim runs.
+    pub fn live(&self) -> BTreeSet<String> {
+        lock(&self.live).keys().cloned().collect()
+    }
+
+    pub fn shim(&self, sandbox_id: &str) -> Option<Arc<FakeShim>> {
+        lock(&self.live).get(sandbox_id).cloned()
+    }
+}
+
+#[async_trait]
+impl Shims for FakeShims {
+    async fn start(&self, sandbox_id: &str, _log: &Path) -> Result<Arc<dyn Shim>> {
+        self.faults.check("shim.start")?;
+        let shim = Arc::new(FakeShim::new(
+            self.faults.clone(),
+            sandbox_id,
+            self.live.clone(),
+        ));
+        lock(&self.live).insert(sandbox_id.to_string(), shim.clone());
+        Ok(shim)
+    }
+
+    async fn get(&self, sandbox_id: &str) -> Result<Arc<dyn Shim>> {
+        self.faults.check("shim.get")?;
+        let shim = self.shim(sandbox_id).ok_or_else(|| {
+            Error::internal(format!("shim: connect: no shim for pod {sandbox_id}"))
+        })?;
+        Ok(shim)
+    }
+
+    fn forget(&self, _sandbox_id: &str) {}
+
+    fn socket_path(&self, sandbox_id: &str) -> PathBuf {
+        self.dir.join(crate::ids::short(sandbox_id))
+    }
+
+    fn attach_socket_path(&self, container_id: &str) -> PathBuf {
+        self.dir
+            .join(format!("{}.a", crate::ids::short(container_id)))
+    }
+}
+
+/// A fake CNI: the pods it has attached.
+pub struct FakeNetwork {
+    faults: Arc<Faults>,
+    attached: Mutex<BTreeSet<String>>,
+}
+
+impl FakeNetwork {
+    pub fn new(faults: Arc<Faults>) -> FakeNetwork {
+        FakeNetwork {
+            faults,
+            attached: Mutex::default(),
+        }
+    }
+
+    pub fn attached(&self) -> BTreeSet<String> {
+        lock(&self.attached).clone()
+    }
+}
+
+/// The IP every fake attachment gets.
+pub const POD_IP: &str = "10.88.0.7";
+
+#[async_trait]
+impl PodNetwork for FakeNetwork {
+    async fn setup(
+        &self,
+        sandbox_id: &str,
+        _netns: &Path,
+        _config: &PodSandboxConfig,
+    ) -> Result<CniAttachment> {
+        self.faults.check("cni.add")?;
+        lock(&self.attached).insert(sandbox_id.to_string());
+        Ok(CniAttachment {
+            network: serde_json::json!({"name": "fake", "cniVersion": "1.0.0", "plugins": []}),
+            result: serde_json::json!({"ips": [{"address": format!("{POD_IP}/16")}]}),
+            ifname: "eth0".into(),
+            args: Vec::new(),
+            runtime_config: serde_json::Value::Null,
+            deleted: false,
+        })
+    }
+
+    async fn teardown(&self, sandbox_id: &str, _netns: &Path, _cni: &CniAttachment) -> Result<()> {
+        self.faults.check("cni.del")?;
+        lock(&self.attached).remove(sandbox_id);
+        Ok(())
+    }
+}
+
+/// A fake host: the namespaces pinned and the /dev/shm mounts made (as plain files and
+/// directories, so the code around them sees them).
+pub struct FakeHost {
+    faults: Arc<Faults>,
+    pinned: Mutex<BTreeSet<PathBuf>>,
+    mounts: Mutex<BTreeSet<PathBuf>>,
+}
+
+impl FakeHost {
+    pub fn new(faults: Arc<Faults>) -> FakeHost {
+        FakeHost {
+            faults,
+            pinned: Mutex::default(),
+            mounts: Mutex::default(),
+        }
+    }
+
+    pub fn pinned(&self) -> BTreeSet<PathBuf> {
+        lock(&self.pinned).clone()
+    }
+
+    pub fn mounts(&self) -> BTreeSet<PathBuf> {
+        lock(&self.mounts).clone()
+    }
+}
+
+impl HostOps for FakeHost {
+    fn pin_netns(&self, dir: &Path, name: &str) -> Result<PathBuf> {
+        self.faults.check("netns.pin")?;
+        let path = dir.join(name);
+        lock(&self.pinned).insert(path.clone());
+        Ok(path)
+    }
+
+    fn unpin_netns(&self, path: &Path) -> Result<()> {
+        self.faults.check("netns.unpin")?;
+        lock(&self.pinned).remove(path);
+        Ok(())
+    }
+
+    fn mount_shm(&self, path: &Path) -> Result<()> {
+        self.faults.check("shm.mount")?;
+        std::fs::create_dir_all(path).map_err(|e| Error::path("create", path, e))?;
+        lock(&self.mounts).insert(path.to_path_buf());
+        Ok(())
+    }
+
+    fn unmount(&self, path: &Path) -> Result<()> {
+        self.faults.check("unmount")?;
+        lock(&self.mounts).remove(path);
+        Ok(())
+    }
+}
+
+/// A fake image store: images by reference, and the root filesystems made from them (plain
+/// directories holding an /etc/passwd).
+pub struct FakeImages {
+    faults: Arc<Faults>,
+    images: Mutex<HashMap<String, Image>>,
+    rootfs: Mutex<HashMap<String, PathBuf>>,
+}
+
+/// The image every fake store has.
+pub const IMAGE: &str = "busybox:latest";
+
+impl FakeImages {
+    pub fn new(faults: Arc<Faults>) -> FakeImages {
+        let image = Image {
+            id: format!("sha256:{}", "ab".repeat(32)),
+            repo_tags: vec![IMAGE.into()],
+            repo_digests: Vec::new(),
+            size: 1,
+            config: ImageConfig {
+                cmd: vec!["sh".into()],
+                ..Default::default()
+            },
+            pinned: false,
+        };
+        FakeImages {
+            faults,
+            images: Mutex::new(HashMap::from([(IMAGE.to_string(), image)])),
+            rootfs: Mutex::default(),
+        }
+    }
+
+    /// The owners (sandbox or container ids) that have a root filesystem.
+    pub fn rootfs_owners(&self) -> BTreeSet<String> {
+        lock(&self.rootfs).keys().cloned().collect()
+    }
+}
+
+#[async_trait]
+impl Images for FakeImages {
+    fn resolve(&self, reference: &str) -> Option<Image> {
+        let images = lock(&self.images);
+        images
+            .get(reference)
+            .or_else(|| images.values().find(|i| i.id == reference))
+            .cloned()
+    }
+
+    async fn create_rootfs(
+        &self,
+        _image_id: &str,
+        owner_id: &str,
+        target: &Path,
+        _readonly: bool,
+    ) -> Result<()> {
+        self.faults.check("rootfs.create")?;
+        let etc = target.join("etc");
+        std::fs::create_dir_all(&etc).map_err(|e| Error::path("create", &etc, e))?;
+        std::fs::write(etc.join("passwd"), "root:x:0:0:root:/root:/bin/sh\n")
+            .map_err(|e| Error::path("write", &etc, e))?;
+        lock(&self.rootfs).insert(owner_id.to_string(), target.to_path_buf());
+        Ok(())
+    }
+
+    async fn remove_rootfs(&self, owner_id: &str, target: &Path) -> Result<()> {
+        self.faults.check("rootfs.remove")?;
+        if lock(&self.rootfs).remove(owner_id).is_some() {
+            std::fs::remove_dir_all(target).map_err(|e| Error::path("remove", target, e))?;
+        }
+        Ok(())
+    }
+
+    async fn add_pinned_local_image(
+        &self,
+        name: &str,
+        _files: &[(String, Vec<u8>, u32)],
+        config: ImageConfig,
+    ) -> Result<()> {
+        self.faults.check("image.add_local")?;
+        let image = Image {
+            id: format!("sha256:{}", "cd".repeat(32)),
+            repo_tags: vec![name.to_string()],
+            repo_digests: Vec::new(),
+            size: 1,
+            config,
+            pinned: true,
+        };
+        lock(&self.images).insert(name.to_string(), image);
+        Ok(())
+    }
+}

@@ -1,0 +1,120 @@
+//! The store's public types: images, their config, root filesystems, usage.
+
+use crate::manifest::{self, ConfigFile};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// An image as the CRI sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// `sha256:<config digest>`.
+    pub id: String,
+    /// Normalised `name:tag`s.
+    pub repo_tags: Vec<String>,
+    /// `name@sha256:<manifest or index digest>`.
+    pub repo_digests: Vec<String>,
+    /// Config plus layer blob sizes, as the manifest declares them.
+    pub size: u64,
+    pub config: ImageConfig,
+    /// A recommendation to exempt the image from kubelet's GC (the sandbox image).
+    pub pinned: bool,
+}
+
+/// The parts of an image config a container needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageConfig {
+    pub user: String,
+    pub env: Vec<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub working_dir: String,
+    pub stop_signal: String,
+    pub labels: HashMap<String, String>,
+    /// `80/tcp`, ...
+    pub exposed_ports: Vec<String>,
+    /// Paths the image declares as volumes.
+    pub volumes: Vec<String>,
+}
+
+impl ImageConfig {
+    pub(super) fn from_config_file(c: &ConfigFile) -> ImageConfig {
+        let rc = c.config.clone().unwrap_or_default();
+        ImageConfig {
+            user: rc.user.unwrap_or_default(),
+            env: rc.env.unwrap_or_default(),
+            entrypoint: rc.entrypoint.unwrap_or_default(),
+            cmd: rc.cmd.unwrap_or_default(),
+            working_dir: rc.working_dir.unwrap_or_default(),
+            stop_signal: rc.stop_signal.unwrap_or_default(),
+            labels: rc.labels.unwrap_or_default().into_iter().collect(),
+            exposed_ports: rc.exposed_ports.unwrap_or_default().into_keys().collect(),
+            volumes: rc.volumes.unwrap_or_default().into_keys().collect(),
+        }
+    }
+
+    pub(crate) fn to_runtime_config(&self) -> manifest::RuntimeConfig {
+        let opt_vec = |v: &Vec<String>| if v.is_empty() { None } else { Some(v.clone()) };
+        let opt_str = |s: &String| if s.is_empty() { None } else { Some(s.clone()) };
+        let set = |v: &Vec<String>| {
+            if v.is_empty() {
+                None
+            } else {
+                Some(
+                    v.iter()
+                        .map(|k| (k.clone(), serde_json::json!({})))
+                        .collect(),
+                )
+            }
+        };
+        manifest::RuntimeConfig {
+            user: opt_str(&self.user),
+            env: opt_vec(&self.env),
+            entrypoint: opt_vec(&self.entrypoint),
+            cmd: opt_vec(&self.cmd),
+            working_dir: opt_str(&self.working_dir),
+            stop_signal: opt_str(&self.stop_signal),
+            labels: if self.labels.is_empty() {
+                None
+            } else {
+                Some(
+                    self.labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                )
+            },
+            exposed_ports: set(&self.exposed_ports),
+            volumes: set(&self.volumes),
+        }
+    }
+}
+
+/// A mounted container root filesystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rootfs {
+    /// Where it is mounted.
+    pub target: PathBuf,
+    /// The writable layer (None for a read-only rootfs).
+    pub upper_dir: Option<PathBuf>,
+    /// The image's layer directories, top-most first.
+    pub lower_dirs: Vec<PathBuf>,
+    pub readonly: bool,
+}
+
+/// Usage of one filesystem, for CRI ImageFsInfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsUsage {
+    /// The directory the usage is about (CRI `fs_id.mountpoint`).
+    pub mountpoint: PathBuf,
+    pub used_bytes: u64,
+    pub inodes_used: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsInfo {
+    /// Content and unpacked layers.
+    pub image: FsUsage,
+    /// Writable layers of containers.
+    pub container: FsUsage,
+}

@@ -1,0 +1,88 @@
+//! The detached shim process `start` launches: a subreaper serving the Task service on the
+//! pod's socket until containerd's Shutdown (after the last container of the pod is deleted).
+//!
+//! The service answers under both names containerd uses for the same API:
+//! `containerd.task.v2.Task` (containerd 1.6 and 1.7) and `containerd.task.v3.Task` (2.x).
+
+use super::events::Publisher;
+use super::flags::Flags;
+use super::launch;
+use super::task::ContainerdTask;
+use crate::process_control::HostProcesses;
+use crate::reaper::Reaper;
+use crate::runc::Runc;
+use crate::task::TaskService;
+use containerd_shim_protos::shim_async::create_task;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use ttrpc::asynchronous::Server;
+
+const TASK_V3: &str = "containerd.task.v3.Task";
+const TASK_V2: &str = "containerd.task.v2.Task";
+
+/// The OCI runtime binary (runc-compatible; on PATH).
+const RUNTIME: &str = "runc";
+
+pub fn serve(flags: &Flags) -> Result<(), String> {
+    let socket = flags
+        .socket
+        .clone()
+        .ok_or("serve needs -socket (it is run by start)")?;
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only changes this process's attributes.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(format!(
+            "cannot become a subreaper: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // Logging programs of `binary://` log URIs inherit it (set while single-threaded).
+    std::env::set_var("CONTAINER_NAMESPACE", &flags.namespace);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot build the async runtime: {e}"))?;
+    runtime.block_on(run(flags, &socket))
+}
+
+async fn run(flags: &Flags, socket: &Path) -> Result<(), String> {
+    let reaper = Reaper::start().map_err(|e| format!("cannot watch SIGCHLD: {e}"))?;
+    let runtime_root = launch::runtime_root(&flags.namespace);
+    std::fs::create_dir_all(&runtime_root)
+        .map_err(|e| format!("create {}: {e}", runtime_root.display()))?;
+    let shutdown = Arc::new(Notify::new());
+    let tasks = Arc::new(TaskService::new(
+        Arc::new(Runc::new(RUNTIME.to_string(), runtime_root, reaper.clone())),
+        Arc::new(HostProcesses::new(reaper)),
+        // Console sockets beside the shim's own socket: a short path.
+        socket.parent().unwrap_or(Path::new("/tmp")).to_path_buf(),
+        shutdown.clone(),
+    ));
+    let events = Publisher::start(std::env::var("TTRPC_ADDRESS").ok(), flags.namespace.clone());
+    let task = Arc::new(ContainerdTask::new(tasks, events));
+    let mut services = create_task(task.clone());
+    let mut v2 = create_task(task);
+    if let Some(service) = v2.remove(TASK_V3) {
+        services.insert(TASK_V2.to_string(), service);
+    }
+    let _ = std::fs::remove_file(socket);
+    let address = format!("unix://{}", socket.display());
+    let mut server = Server::new()
+        .bind(&address)
+        .map_err(|e| format!("bind {address}: {e}"))?
+        .register_service(services);
+    server.start().await.map_err(|e| format!("serve: {e}"))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("watch SIGTERM: {e}"))?;
+    tokio::select! {
+        _ = shutdown.notified() => {}
+        _ = term.recv() => {}
+    }
+    // Let the Shutdown reply reach containerd before the socket goes away.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let _ = server.shutdown().await;
+    let _ = std::fs::remove_file(socket);
+    let _ = std::fs::remove_file(socket.with_extension("lock"));
+    Ok(())
+}

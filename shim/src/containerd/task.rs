@@ -1,0 +1,391 @@
+//! The Task service as containerd calls it: peapod's [`TaskService`] (through [`TaskApi`]),
+//! plus what containerd leaves to its shims: mounting the root filesystem from the request,
+//! publishing task events, Stats, and a Shutdown that keeps the shim while its pod has
+//! containers.
+
+use super::events::Publisher;
+use super::{mounts, stats};
+use crate::error::ShimError;
+use crate::task::TaskService;
+use crate::task_api::TaskApi;
+use async_trait::async_trait;
+use containerd_shim_protos::api;
+use containerd_shim_protos::events::task as ev;
+use containerd_shim_protos::protobuf::well_known_types::empty::Empty;
+use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
+use containerd_shim_protos::protobuf::MessageField;
+use containerd_shim_protos::shim_async::Task;
+use containerd_shim_protos::topics;
+use containerd_shim_protos::types::task::Status;
+use peapod_shim::protocol;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+use ttrpc::asynchronous::TtrpcContext;
+
+type TtrpcResult<T> = ttrpc::Result<T>;
+
+/// What the containerd face keeps per container beside the Task service's own record.
+struct Held {
+    bundle: PathBuf,
+    /// Whether the shim mounted `<bundle>/rootfs` (and so unmounts it at Delete).
+    mounted: bool,
+    /// Read ends of the stdout/stderr FIFOs, held so that a write by the container never
+    /// meets a FIFO without readers (SIGPIPE) while containerd restarts.
+    _fifo_readers: Vec<OwnedFd>,
+}
+
+pub struct ContainerdTask {
+    api: TaskApi,
+    tasks: Arc<TaskService>,
+    events: Publisher,
+    held: Mutex<HashMap<String, Held>>,
+    cgroup_root: PathBuf,
+    /// Bumped whenever an exec starts or is deleted: containerd waits for an exec before it
+    /// starts it, and the Task service has no exit to wait on until then.
+    exec_changed: watch::Sender<u64>,
+}
+
+fn status(code: ttrpc::Code, message: impl Into<String>) -> ttrpc::Error {
+    ttrpc::Error::RpcStatus(ttrpc::get_status(code, message.into()))
+}
+
+fn timestamp(ns: i64) -> MessageField<Timestamp> {
+    let mut ts = Timestamp::new();
+    ts.seconds = ns.div_euclid(1_000_000_000);
+    ts.nanos = ns.rem_euclid(1_000_000_000) as i32;
+    MessageField::some(ts)
+}
+
+/// Opens a FIFO's read end without blocking; `None` for no path or no FIFO.
+fn hold_fifo(path: &str) -> Option<OwnedFd> {
+    if path.is_empty() {
+        return None;
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()
+        .map(OwnedFd::from)
+}
+
+impl ContainerdTask {
+    pub fn new(tasks: Arc<TaskService>, events: Publisher) -> ContainerdTask {
+        ContainerdTask {
+            api: TaskApi(tasks.clone()),
+            tasks,
+            events,
+            held: Mutex::new(HashMap::new()),
+            cgroup_root: PathBuf::from(peapod_host::cgroup::DEFAULT_ROOT),
+            exec_changed: watch::channel(0).0,
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes TaskOOM (when the memory cgroup killed it) and TaskExit once process
+    /// `exec_id` (empty: the init) of container `id` exits.
+    fn watch_exit(&self, id: &str, exec_id: &str) {
+        let tasks = self.tasks.clone();
+        let events = self.events.clone();
+        let (id, exec_id) = (id.to_string(), exec_id.to_string());
+        tokio::spawn(async move {
+            // An error means the process was deleted first: then there is no exit to tell.
+            let Ok(exit) = tasks.wait(&id, &exec_id).await else {
+                return;
+            };
+            if exit.oom_killed {
+                let mut oom = ev::TaskOOM::new();
+                oom.container_id = id.clone();
+                events.publish(topics::TASK_OOM_EVENT_TOPIC, &oom);
+            }
+            let mut e = ev::TaskExit::new();
+            e.id = if exec_id.is_empty() {
+                id.clone()
+            } else {
+                exec_id
+            };
+            e.container_id = id;
+            e.pid = exit.pid;
+            e.exit_status = exit.exit_code as u32;
+            e.exited_at = timestamp(exit.exited_at_ns);
+            events.publish(topics::TASK_EXIT_EVENT_TOPIC, &e);
+        });
+    }
+
+    fn bump_execs(&self) {
+        self.exec_changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Returns once exec `exec_id` of `id` is no longer waiting for its Start (started, or
+    /// gone: then the Task service's Wait says so).
+    async fn until_exec_started(&self, id: &str, exec_id: &str) {
+        let mut changed = self.exec_changed.subscribe();
+        loop {
+            match self.tasks.state(id, exec_id) {
+                Ok(s) if s.status == Status::CREATED => {}
+                _ => return,
+            }
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Undoes the containerd face's part of a create.
+    fn release(&self, id: &str) {
+        let Some(held) = self.held().remove(id) else {
+            return;
+        };
+        if held.mounted {
+            if let Err(err) = mounts::unmount_rootfs(&held.bundle) {
+                eprintln!("containerd-shim-peapod-v2: {err}");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Task for ContainerdTask {
+    async fn create(
+        &self,
+        ctx: &TtrpcContext,
+        mut req: api::CreateTaskRequest,
+    ) -> TtrpcResult<api::CreateTaskResponse> {
+        if req.id.is_empty() || req.bundle.is_empty() {
+            return Err(ShimError::InvalidArgument("id and bundle are required".into()).into());
+        }
+        if !req.checkpoint.is_empty() {
+            return Err(status(
+                ttrpc::Code::UNIMPLEMENTED,
+                "restoring from a checkpoint is not supported by peapod's shim",
+            ));
+        }
+        if self.held().contains_key(&req.id) || self.tasks.task_pid(&req.id).is_some() {
+            return Err(ShimError::AlreadyExists(format!("container {}", req.id)).into());
+        }
+        // containerd's runtime options (runc.v1.Options) are not peapod's: with none, the
+        // Task service takes its stdio from the request's FIFOs.
+        if req
+            .options
+            .as_ref()
+            .is_some_and(|o| o.type_url != protocol::CREATE_OPTIONS_TYPE_URL)
+        {
+            req.options = MessageField::none();
+        }
+        let bundle = PathBuf::from(&req.bundle);
+        let mounted = !req.rootfs.is_empty();
+        if mounted {
+            mounts::mount_rootfs(&bundle, &req.rootfs)
+                .map_err(|e| status(ttrpc::Code::INTERNAL, e))?;
+        }
+        let readers = [req.stdout.as_str(), req.stderr.as_str()]
+            .into_iter()
+            .filter_map(hold_fifo)
+            .collect();
+        self.held().insert(
+            req.id.clone(),
+            Held {
+                bundle: bundle.clone(),
+                mounted,
+                _fifo_readers: readers,
+            },
+        );
+        let event = {
+            let mut e = ev::TaskCreate::new();
+            e.container_id = req.id.clone();
+            e.bundle = req.bundle.clone();
+            e.rootfs = req.rootfs.clone();
+            let mut io = ev::TaskIO::new();
+            io.stdin = req.stdin.clone();
+            io.stdout = req.stdout.clone();
+            io.stderr = req.stderr.clone();
+            io.terminal = req.terminal;
+            e.io = MessageField::some(io);
+            e
+        };
+        let id = req.id.clone();
+        match self.api.create(ctx, req).await {
+            Ok(resp) => {
+                let mut event = event;
+                event.pid = resp.pid;
+                self.events.publish(topics::TASK_CREATE_EVENT_TOPIC, &event);
+                self.watch_exit(&id, "");
+                Ok(resp)
+            }
+            Err(err) => {
+                self.release(&id);
+                Err(err)
+            }
+        }
+    }
+
+    async fn start(
+        &self,
+        ctx: &TtrpcContext,
+        req: api::StartRequest,
+    ) -> TtrpcResult<api::StartResponse> {
+        let started = self.api.start(ctx, req.clone()).await;
+        if !req.exec_id.is_empty() {
+            self.bump_execs();
+        }
+        let resp = started?;
+        if req.exec_id.is_empty() {
+            let mut e = ev::TaskStart::new();
+            e.container_id = req.id;
+            e.pid = resp.pid;
+            self.events.publish(topics::TASK_START_EVENT_TOPIC, &e);
+        } else {
+            let mut e = ev::TaskExecStarted::new();
+            e.container_id = req.id.clone();
+            e.exec_id = req.exec_id.clone();
+            e.pid = resp.pid;
+            self.events
+                .publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, &e);
+            self.watch_exit(&req.id, &req.exec_id);
+        }
+        Ok(resp)
+    }
+
+    async fn state(
+        &self,
+        ctx: &TtrpcContext,
+        req: api::StateRequest,
+    ) -> TtrpcResult<api::StateResponse> {
+        self.api.state(ctx, req).await
+    }
+
+    async fn delete(
+        &self,
+        ctx: &TtrpcContext,
+        req: api::DeleteRequest,
+    ) -> TtrpcResult<api::DeleteResponse> {
+        let deleted = self.api.delete(ctx, req.clone()).await;
+        self.bump_execs();
+        let resp = deleted?;
+        if req.exec_id.is_empty() {
+            self.release(&req.id);
+            let mut e = ev::TaskDelete::new();
+            e.container_id = req.id;
+            e.pid = resp.pid;
+            e.exit_status = resp.exit_status;
+            e.exited_at = resp.exited_at.clone();
+            self.events.publish(topics::TASK_DELETE_EVENT_TOPIC, &e);
+        }
+        Ok(resp)
+    }
+
+    async fn pids(
+        &self,
+        ctx: &TtrpcContext,
+        req: api::PidsRequest,
+    ) -> TtrpcResult<api::PidsResponse> {
+        self.api.pids(ctx, req).await
+    }
+
+    async fn pause(&self, ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<Empty> {
+        let resp = self.api.pause(ctx, req.clone()).await?;
+        let mut e = ev::TaskPaused::new();
+        e.container_id = req.id;
+        self.events.publish(topics::TASK_PAUSED_EVENT_TOPIC, &e);
+        Ok(resp)
+    }
+
+    async fn resume(&self, ctx: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<Empty> {
+        let resp = self.api.resume(ctx, req.clone()).await?;
+        let mut e = ev::TaskResumed::new();
+        e.container_id = req.id;
+        self.events.publish(topics::TASK_RESUMED_EVENT_TOPIC, &e);
+        Ok(resp)
+    }
+
+    async fn checkpoint(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: api::CheckpointTaskRequest,
+    ) -> TtrpcResult<Empty> {
+        Err(status(
+            ttrpc::Code::UNIMPLEMENTED,
+            "checkpoint is not supported by peapod's shim",
+        ))
+    }
+
+    async fn kill(&self, ctx: &TtrpcContext, req: api::KillRequest) -> TtrpcResult<Empty> {
+        self.api.kill(ctx, req).await
+    }
+
+    async fn exec(&self, ctx: &TtrpcContext, req: api::ExecProcessRequest) -> TtrpcResult<Empty> {
+        let (id, exec_id) = (req.id.clone(), req.exec_id.clone());
+        let resp = self.api.exec(ctx, req).await?;
+        let mut e = ev::TaskExecAdded::new();
+        e.container_id = id;
+        e.exec_id = exec_id;
+        self.events.publish(topics::TASK_EXEC_ADDED_EVENT_TOPIC, &e);
+        Ok(resp)
+    }
+
+    async fn resize_pty(
+        &self,
+        ctx: &TtrpcContext,
+        req: api::ResizePtyRequest,
+    ) -> TtrpcResult<Empty> {
+        self.api.resize_pty(ctx, req).await
+    }
+
+    async fn close_io(&self, ctx: &TtrpcContext, req: api::CloseIORequest) -> TtrpcResult<Empty> {
+        self.api.close_io(ctx, req).await
+    }
+
+    async fn update(&self, ctx: &TtrpcContext, req: api::UpdateTaskRequest) -> TtrpcResult<Empty> {
+        self.api.update(ctx, req).await
+    }
+
+    async fn wait(
+        &self,
+        ctx: &TtrpcContext,
+        req: api::WaitRequest,
+    ) -> TtrpcResult<api::WaitResponse> {
+        if !req.exec_id.is_empty() {
+            self.until_exec_started(&req.id, &req.exec_id).await;
+        }
+        self.api.wait(ctx, req).await
+    }
+
+    async fn stats(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::StatsRequest,
+    ) -> TtrpcResult<api::StatsResponse> {
+        let pid = self
+            .tasks
+            .task_pid(&req.id)
+            .ok_or(ShimError::ContainerNotFound { id: req.id.clone() })?;
+        let any = stats::metrics_any(pid, &self.cgroup_root)
+            .map_err(|e| ShimError::io(format!("cgroup stats of container {}", req.id), e))?;
+        let mut resp = api::StatsResponse::new();
+        resp.stats = MessageField::some(any);
+        Ok(resp)
+    }
+
+    async fn connect(
+        &self,
+        ctx: &TtrpcContext,
+        req: api::ConnectRequest,
+    ) -> TtrpcResult<api::ConnectResponse> {
+        self.api.connect(ctx, req).await
+    }
+
+    async fn shutdown(&self, _ctx: &TtrpcContext, req: api::ShutdownRequest) -> TtrpcResult<Empty> {
+        // containerd asks after deleting each task; the pod's shim stays while it has others.
+        match self.tasks.shutdown(req.now) {
+            Ok(()) | Err(ShimError::FailedPrecondition(_)) => Ok(Empty::new()),
+            Err(err) => Err(err.into()),
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The OCI runtime CLI as the shim uses it (runc, crun, youki share these commands), behind a
+//! narrow trait so the Task service can be tested with a fake that fails any call.
+//!
+//! The real implementation is [`crate::runc::Runc`]. Failures are told apart by exit status and
+//! by asking the runtime what it knows ([`RuntimeCli::state`]), never by the wording of its
+//! messages, which differs between runtimes and versions.
+
+use async_trait::async_trait;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+/// Longest any runtime command may take before it is killed.
+pub const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeCliError {
+    /// The command ran and exited non-zero; `message` is the runtime's own last error.
+    #[error("{runtime} {command}: {message}")]
+    Failed {
+        runtime: String,
+        command: String,
+        exit_status: i32,
+        message: String,
+    },
+    #[error("{runtime} {command} did not finish within {COMMAND_TIMEOUT:?}")]
+    Timeout { runtime: String, command: String },
+    #[error("cannot run {runtime}: {source}")]
+    Spawn {
+        runtime: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The command succeeded but left no readable pid file.
+    #[error("{runtime} {command} wrote no pid file at {path}")]
+    NoPidFile {
+        runtime: String,
+        command: String,
+        path: PathBuf,
+    },
+    /// The command's output is not what the runtime-spec CLI documents.
+    #[error("{runtime} {command}: unreadable output: {message}")]
+    BadOutput {
+        runtime: String,
+        command: String,
+        message: String,
+    },
+}
+
+/// Stdio for the process a runtime command starts.
+pub struct ProcessIo {
+    pub stdin: Stdio,
+    pub stdout: Stdio,
+    pub stderr: Stdio,
+}
+
+impl ProcessIo {
+    pub fn null() -> ProcessIo {
+        ProcessIo {
+            stdin: Stdio::null(),
+            stdout: Stdio::null(),
+            stderr: Stdio::null(),
+        }
+    }
+}
+
+/// A container's status as the runtime reports it (`runc state`'s `status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeStatus {
+    Creating,
+    Created,
+    Running,
+    Pausing,
+    Paused,
+    Stopped,
+    Other(String),
+}
+
+impl RuntimeStatus {
+    pub fn parse(s: &str) -> RuntimeStatus {
+        match s {
+            "creating" => RuntimeStatus::Creating,
+            "created" => RuntimeStatus::Created,
+            "running" => RuntimeStatus::Running,
+            "pausing" => RuntimeStatus::Pausing,
+            "paused" => RuntimeStatus::Paused,
+            "stopped" => RuntimeStatus::Stopped,
+            other => RuntimeStatus::Other(other.to_string()),
+        }
+    }
+}
+
+/// What `create` and `exec` need besides the container id.
+pub struct CreateCommand<'a> {
+    pub bundle: &'a Path,
+    /// Where the runtime writes the init's pid.
+    pub pid_file: &'a Path,
+    pub console_socket: Option<&'a Path>,
+    pub io: ProcessIo,
+    /// `run --detach` (created and started in one invocation) instead of `create`.
+    pub start: bool,
+}
+
+pub struct ExecCommand<'a> {
+    /// The runtime-spec Process, as JSON in a file.
+    pub process_json: &'a Path,
+    pub pid_file: &'a Path,
+    pub console_socket: Option<&'a Path>,
+    pub io: ProcessIo,
+}
+
+/// The commands of the OCI runtime CLI the shim uses.
+#[async_trait]
+pub trait RuntimeCli: Send + Sync {
+    /// Creates (or with `start`, runs) the container; returns its init's host pid.
+    async fn create(&self, id: &str, cmd: CreateCommand<'_>) -> Result<u32, RuntimeCliError>;
+    async fn start(&self, id: &str) -> Result<(), RuntimeCliError>;
+    /// The container's status; `Ok(None)` when the runtime does not know the container.
+    async fn state(&self, id: &str) -> Result<Option<RuntimeStatus>, RuntimeCliError>;
+    async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), RuntimeCliError>;
+    async fn delete(&self, id: &str, force: bool) -> Result<(), RuntimeCliError>;
+    /// Starts a process in the container, detached (reparented to the shim); returns its pid.
+    async fn exec(&self, id: &str, cmd: ExecCommand<'_>) -> Result<u32, RuntimeCliError>;
+    /// Applies the runtime-spec LinuxResources in `resources_json`.
+    async fn update(&self, id: &str, resources_json: &Path) -> Result<(), RuntimeCliError>;
+    async fn pause(&self, id: &str) -> Result<(), RuntimeCliError>;
+    async fn resume(&self, id: &str) -> Result<(), RuntimeCliError>;
+    /// The host pids of the container's processes.
+    async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeCliError>;
+}

@@ -1,0 +1,318 @@
+//! A private, real containerd (Debian's package) for tests of `containerd-shim-peapod-v2`:
+//! its own root, state, sockets, CNI configuration and bridge, with `io.containerd.peapod.v2`
+//! as the CRI's default runtime and the test's images imported. Dropping it kills containerd
+//! and every shim and container it started, and removes their mounts, bridge and cgroups.
+
+use crate::daemon::bin_dir;
+use crate::host;
+use crate::slot::Slot;
+use peapod::client::Cri;
+use peapod_image::testsupport::{oci_archive, ImageSpec};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The image names the tests import (containerd's sandbox image is the second).
+pub const BUSYBOX: &str = "peapod.test/busybox:1";
+pub const PAUSE: &str = "peapod.test/pause:1";
+/// The namespace of containerd's CRI plugin.
+pub const NAMESPACE: &str = "k8s.io";
+/// Where containerd's v2 shims (runc-v2's and ours) keep the OCI runtime's state.
+pub const RUNTIME_ROOT: &str = "/run/containerd/runc/k8s.io";
+
+pub struct Containerd {
+    _slot: Slot,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub state: PathBuf,
+    pub bridge: String,
+    pub cgroup_parent: String,
+    pub cri: Cri,
+    child: Option<Child>,
+}
+
+/// The CNI network: a bridge of the test's own, host-local addresses.
+fn conflist(bridge: &str, subnet: &str, dir: &Path) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"ctd-{bridge}","plugins":[
+  {{"type":"bridge","bridge":"{bridge}","isGateway":true,"ipMasq":false,
+    "ipam":{{"type":"host-local","ranges":[[{{"subnet":"{subnet}"}}]],"dataDir":"{dir}/ipam"}}}},
+  {{"type":"loopback"}}]}}"#,
+        dir = dir.display()
+    )
+}
+
+fn config(dir: &Path, default_runtime: &str) -> String {
+    let d = dir.display();
+    format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.internal.v1.opt", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "{d}/c.sock"
+[debug]
+  level = "debug"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE}"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "{default_runtime}"
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.peapod]
+      runtime_type = "io.containerd.peapod.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{d}/net.d"
+"#
+    )
+}
+
+impl Containerd {
+    /// Starts containerd with `default_runtime` ("peapod" or "runc") and imports the images.
+    pub async fn start(default_runtime: &str) -> Containerd {
+        let slot = Slot::acquire();
+        let n = slot.n;
+        // Short: containerd's bundles and sockets live under it.
+        let dir = tempfile::Builder::new()
+            .prefix("ctd")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        let bridge = format!("ctd{n}");
+        host::delete_link(&bridge);
+        let cgroup_parent = format!("/peapod-ctd-{n}");
+        host::remove_cgroup_tree(&cgroup_parent);
+        let net_d = dir.path().join("net.d");
+        std::fs::create_dir_all(&net_d).expect("create net.d");
+        let subnet = format!("10.124.{n}.0/24");
+        std::fs::write(
+            net_d.join("10-ctd.conflist"),
+            conflist(&bridge, &subnet, dir.path()),
+        )
+        .expect("write conflist");
+        std::fs::write(
+            dir.path().join("config.toml"),
+            config(dir.path(), default_runtime),
+        )
+        .expect("write config");
+        let socket = dir.path().join("c.sock");
+        let state = dir.path().join("state");
+        let child = spawn(dir.path());
+        let cri = wait_for(&socket, dir.path()).await;
+        let ctd = Containerd {
+            _slot: slot,
+            dir,
+            socket,
+            state,
+            bridge,
+            cgroup_parent,
+            cri,
+            child: Some(child),
+        };
+        ctd.import(NAMESPACE, BUSYBOX, &ImageSpec::busybox());
+        ctd.import(
+            NAMESPACE,
+            PAUSE,
+            &ImageSpec::busybox()
+                .entrypoint(&["sleep"])
+                .cmd(&["2147483647"]),
+        );
+        ctd
+    }
+
+    /// Imports `spec` as `name` into containerd namespace `namespace`.
+    pub fn import(&self, namespace: &str, name: &str, spec: &ImageSpec) {
+        let archive = self.dir.path().join("image.tar");
+        oci_archive(&archive, name, spec).expect("build image archive");
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["-n", namespace, "images", "import"])
+            .arg(&archive)
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr import {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = std::fs::remove_file(archive);
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    /// containerd's bundle of a task (sandbox or container).
+    pub fn bundle(&self, id: &str) -> PathBuf {
+        self.state
+            .join("io.containerd.runtime.v2.task")
+            .join(NAMESPACE)
+            .join(id)
+    }
+
+    /// Runs `ctr` against this containerd in `namespace`; its output, or a panic naming it.
+    pub fn ctr(&self, namespace: &str, args: &[&str]) -> String {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["-n", namespace])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Kills containerd with SIGKILL, as a crash would, leaving shims and containers running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts containerd again on the same directories.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.child = Some(spawn(self.dir.path()));
+        self.cri = wait_for(&self.socket, self.dir.path()).await;
+    }
+
+    /// The live shims started for this containerd (their command line names its socket).
+    pub fn shims(&self) -> Vec<u32> {
+        host::processes_with(&format!("-address {}", self.socket.display()))
+    }
+}
+
+fn spawn(dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("containerd.log"))
+        .expect("open containerd.log");
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new("containerd")
+        .arg("--config")
+        .arg(dir.join("config.toml"))
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("dup log"))
+        .stderr(log)
+        .spawn()
+        .expect("start containerd (apt-get install containerd)")
+}
+
+async fn wait_for(socket: &Path, dir: &Path) -> Cri {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if socket.exists() {
+            if let Ok(mut cri) = Cri::connect(&socket.display().to_string()).await {
+                // The CRI plugin answers once it has loaded.
+                let version = cri
+                    .runtime
+                    .version(peapod_proto::v1::VersionRequest::default())
+                    .await;
+                if version.is_ok() {
+                    return cri;
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "containerd did not serve CRI on {} within 60s:\n{}",
+                socket.display(),
+                std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What the bundles of this containerd point at outside its directory: the shims' sockets
+/// (from `address`) and the pods' network namespaces (from config.json).
+fn outside_paths(task_dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let (mut sockets, mut netns) = (Vec::new(), Vec::new());
+    let Ok(bundles) = std::fs::read_dir(task_dir) else {
+        return (sockets, netns);
+    };
+    for bundle in bundles.flatten().map(|e| e.path()) {
+        if let Ok(address) = std::fs::read_to_string(bundle.join("address")) {
+            sockets.push(PathBuf::from(address.trim().trim_start_matches("unix://")));
+        }
+        let spec: serde_json::Value = std::fs::read(bundle.join("config.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        for ns in spec["linux"]["namespaces"].as_array().into_iter().flatten() {
+            match ns["path"].as_str() {
+                Some(path) if ns["type"] == "network" && path.starts_with("/var/run/netns/") => {
+                    netns.push(PathBuf::from(path))
+                }
+                _ => {}
+            }
+        }
+    }
+    (sockets, netns)
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        self.kill();
+        let (sockets, netns) = outside_paths(
+            &self
+                .state
+                .join("io.containerd.runtime.v2.task")
+                .join(NAMESPACE),
+        );
+        for pid in self.shims() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        // Containers whose bundles are ours, in the runtime state shared with runc-v2.
+        if let Ok(out) = Command::new("runc")
+            .args(["--root", RUNTIME_ROOT, "list", "--format", "json"])
+            .output()
+        {
+            let listed: Vec<serde_json::Value> =
+                serde_json::from_slice(&out.stdout).unwrap_or_default();
+            for c in listed {
+                let bundle = c["bundle"].as_str().unwrap_or_default();
+                if Path::new(bundle).starts_with(self.dir.path()) {
+                    let id = c["id"].as_str().unwrap_or_default();
+                    let _ = Command::new("runc")
+                        .args(["--root", RUNTIME_ROOT, "delete", "--force", id])
+                        .output();
+                }
+            }
+        }
+        for socket in sockets {
+            let _ = std::fs::remove_file(&socket);
+            let _ = std::fs::remove_file(socket.with_extension("lock"));
+        }
+        for ns in netns {
+            let _ = nix::mount::umount2(&ns, nix::mount::MntFlags::MNT_DETACH);
+            let _ = std::fs::remove_file(&ns);
+        }
+        host::unmount_all_under(self.dir.path());
+        host::delete_link(&self.bridge);
+        host::remove_cgroup_tree(&self.cgroup_parent);
+    }
+}

@@ -1,0 +1,659 @@
+//! `containerd-shim-peapod-v2` under Debian's containerd: pods and containers through
+//! containerd's own CRI plugin with `io.containerd.peapod.v2` as its default runtime, on real
+//! runc, overlay mounts and CNI. Needs `containerd` installed and the workspace built.
+
+use e2e::containerd::{Containerd, BUSYBOX};
+use e2e::fixtures::sandbox_config;
+use e2e::host;
+use e2e::pods::{read_log, sh, stdout_text};
+use peapod_proto::v1 as cri;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Bound of every wait for something containerd does asynchronously (not a timed assertion:
+/// the wait ends as soon as the thing happens).
+const LIMIT: Duration = Duration::from_secs(60);
+
+async fn run_pod(ctd: &mut Containerd, name: &str) -> (String, cri::PodSandboxConfig) {
+    let mut config = sandbox_config(name, &ctd.cgroup_parent);
+    config.log_directory = ctd.dir.path().join("logs").join(name).display().to_string();
+    let id = ctd
+        .cri
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", ctd.log()))
+        .into_inner()
+        .pod_sandbox_id;
+    (id, config)
+}
+
+async fn create_and_start(
+    ctd: &mut Containerd,
+    pod: &str,
+    pod_config: &cri::PodSandboxConfig,
+    config: cri::ContainerConfig,
+) -> String {
+    let id = ctd
+        .cri
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.to_string(),
+            config: Some(config),
+            sandbox_config: Some(pod_config.clone()),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", ctd.log()))
+        .into_inner()
+        .container_id;
+    ctd.cri
+        .runtime
+        .start_container(cri::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", ctd.log()));
+    id
+}
+
+async fn status(ctd: &mut Containerd, id: &str) -> cri::ContainerStatus {
+    ctd.cri
+        .runtime
+        .container_status(cri::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+        .into_inner()
+        .status
+        .expect("status")
+}
+
+async fn wait_state(
+    ctd: &mut Containerd,
+    id: &str,
+    state: cri::ContainerState,
+) -> cri::ContainerStatus {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let st = status(ctd, id).await;
+        if st.state == state as i32 {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "container {id} not {state:?} within {LIMIT:?}: {st:?}\n{}",
+            ctd.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_log(ctd: &mut Containerd, id: &str, needle: &str) -> String {
+    let path = PathBuf::from(status(ctd, id).await.log_path);
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let text = stdout_text(&read_log(&path));
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "log {} of {id} has no {needle:?}: {text:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn exec_sync(ctd: &mut Containerd, id: &str, cmd: &[&str]) -> cri::ExecSyncResponse {
+    ctd.cri
+        .runtime
+        .exec_sync(cri::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 30,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ExecSync {cmd:?}: {e}\n{}", ctd.log()))
+        .into_inner()
+}
+
+async fn remove_container(ctd: &mut Containerd, id: &str) {
+    ctd.cri
+        .runtime
+        .stop_container(cri::StopContainerRequest {
+            container_id: id.to_string(),
+            timeout: 1,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StopContainer {id}: {e}\n{}", ctd.log()));
+    ctd.cri
+        .runtime
+        .remove_container(cri::RemoveContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e}\n{}", ctd.log()));
+}
+
+async fn remove_pod(ctd: &mut Containerd, pod: &str) {
+    ctd.cri
+        .runtime
+        .stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: pod.to_string(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StopPodSandbox: {e}\n{}", ctd.log()));
+    ctd.cri
+        .runtime
+        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.to_string(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("RemovePodSandbox: {e}\n{}", ctd.log()));
+}
+
+/// The ttrpc address a bundle's shim serves (the `address` file containerd reads back).
+fn shim_address(bundle: &Path) -> String {
+    std::fs::read_to_string(bundle.join("address"))
+        .unwrap_or_else(|e| panic!("{}/address: {e}", bundle.display()))
+}
+
+/// Waits until no shim of this containerd is left serving (each removes its socket when it
+/// exits; the sockets are what containerd would reconnect to).
+async fn wait_no_shim_sockets(ctd: &Containerd, sockets: &[PathBuf]) {
+    let deadline = Instant::now() + LIMIT;
+    while sockets.iter().any(|s| s.exists()) {
+        assert!(
+            Instant::now() < deadline,
+            "shim sockets still there: {sockets:?}\n{}",
+            ctd.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn socket_of(address: &str) -> PathBuf {
+    PathBuf::from(address.trim_start_matches("unix://"))
+}
+
+/// Mounts, bridge ports, cgroups and processes this containerd's pods left behind.
+fn leftovers(ctd: &Containerd) -> Vec<String> {
+    let mut out = Vec::new();
+    // containerd's own snapshot mounts are its business; the container root filesystems the
+    // shim mounted in the bundles are ours.
+    for m in host::mounts_under(&ctd.state) {
+        out.push(format!("mount {}", m.display()));
+    }
+    for port in host::bridge_ports(&ctd.bridge) {
+        out.push(format!("veth {port} on {}", ctd.bridge));
+    }
+    for cg in host::cgroups_under(&ctd.cgroup_parent) {
+        out.push(format!("cgroup {}", cg.display()));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_run_under_containerd_with_the_peapod_shim() {
+    let mut ctd = Containerd::start("peapod").await;
+    let (pod, pod_config) = run_pod(&mut ctd, "ctd-pod").await;
+
+    // The pod's shim is ours: containerd started containerd-shim-peapod-v2, which is
+    // peapod-shim under its containerd name.
+    let sandbox_bundle = ctd.bundle(&pod);
+    let address = shim_address(&sandbox_bundle);
+    let shim_pid: u32 = std::fs::read_to_string(sandbox_bundle.join("shim.pid"))
+        .expect("shim.pid")
+        .trim()
+        .parse()
+        .expect("a pid in shim.pid");
+    let cmdline = std::fs::read(format!("/proc/{shim_pid}/cmdline")).expect("shim cmdline");
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(
+        cmdline.starts_with("containerd-shim-peapod-v2 ") && cmdline.contains(" serve"),
+        "{cmdline}"
+    );
+    let exe = std::fs::read_link(format!("/proc/{shim_pid}/exe")).expect("shim exe");
+    assert!(exe.ends_with("peapod-shim"), "{}", exe.display());
+
+    // A container: its output reaches containerd's CRI log; it joins the pod's shim.
+    let app = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh(
+            "app",
+            BUSYBOX,
+            "echo hello-from-peapod; echo to-stderr >&2; exec sleep 100000",
+        ),
+    )
+    .await;
+    assert_eq!(shim_address(&ctd.bundle(&app)), address, "one shim per pod");
+    assert_eq!(ctd.shims(), vec![shim_pid], "one shim process for the pod");
+    let text = wait_log(&mut ctd, &app, "hello-from-peapod").await;
+    assert!(text.contains("hello-from-peapod\n"), "{text:?}");
+    let log = read_log(Path::new(&status(&mut ctd, &app).await.log_path));
+    assert!(
+        log.iter()
+            .any(|l| l.stream == "stderr" && l.text == "to-stderr"),
+        "{log:?}"
+    );
+    // The root filesystem is the overlay the shim mounted from containerd's snapshot.
+    let rootfs = ctd.bundle(&app).join("rootfs");
+    assert!(
+        host::mounts_under(&rootfs).contains(&rootfs),
+        "rootfs not mounted"
+    );
+
+    // Exec: output and exit code.
+    let out = exec_sync(
+        &mut ctd,
+        &app,
+        &["sh", "-c", "echo exec-out; echo exec-err >&2; exit 3"],
+    )
+    .await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "exec-out\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "exec-err\n");
+    assert_eq!(out.exit_code, 3);
+    // The exec joined the pod's namespaces (the pod's hostname).
+    let out = exec_sync(&mut ctd, &app, &["hostname"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ctd-pod\n");
+
+    // Stats: containerd decodes the shim's cgroup v1 metrics.
+    let stats = ctd
+        .cri
+        .runtime
+        .container_stats(cri::ContainerStatsRequest {
+            container_id: app.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ContainerStats: {e}\n{}", ctd.log()))
+        .into_inner()
+        .stats
+        .expect("stats");
+    let memory = stats.memory.expect("memory stats");
+    assert!(
+        memory.working_set_bytes.map(|v| v.value).unwrap_or(0) > 0,
+        "{memory:?}"
+    );
+
+    // A container that exits on its own: its exit code reaches containerd.
+    let done = create_and_start(&mut ctd, &pod, &pod_config, sh("done", BUSYBOX, "exit 7")).await;
+    let st = wait_state(&mut ctd, &done, cri::ContainerState::ContainerExited).await;
+    assert_eq!(st.exit_code, 7, "{st:?}");
+    assert_eq!(st.reason, "Error", "{st:?}");
+
+    // OOM: the memory cgroup kills it, and containerd reports OOMKilled.
+    let mut oom = sh("oom", BUSYBOX, "exec tail /dev/zero");
+    oom.linux = Some(cri::LinuxContainerConfig {
+        resources: Some(cri::LinuxContainerResources {
+            memory_limit_in_bytes: 16 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let oom = create_and_start(&mut ctd, &pod, &pod_config, oom).await;
+    let st = wait_state(&mut ctd, &oom, cri::ContainerState::ContainerExited).await;
+    assert_eq!(st.reason, "OOMKilled", "{st:?}");
+    assert_eq!(st.exit_code, 137, "{st:?}");
+
+    // Stop: SIGTERM ends the sleep (not PID 1: the pod shares the pause's PID namespace).
+    ctd.cri
+        .runtime
+        .stop_container(cri::StopContainerRequest {
+            container_id: app.clone(),
+            timeout: 1,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StopContainer: {e}\n{}", ctd.log()));
+    let st = wait_state(&mut ctd, &app, cri::ContainerState::ContainerExited).await;
+    assert_eq!(st.exit_code, 128 + 15, "{st:?}");
+    for id in [&app, &done, &oom] {
+        remove_container(&mut ctd, id).await;
+    }
+    assert!(
+        !host::mounts_under(&rootfs).contains(&rootfs),
+        "rootfs still mounted after removal"
+    );
+    remove_pod(&mut ctd, &pod).await;
+    wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
+
+/// The host pid of a container's main process, from containerd's verbose status.
+async fn container_pid(ctd: &mut Containerd, id: &str) -> i32 {
+    let resp = ctd
+        .cri
+        .runtime
+        .container_status(cri::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: true,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+        .into_inner();
+    let info: serde_json::Value =
+        serde_json::from_str(resp.info.get("info").expect("verbose info")).expect("info JSON");
+    info["pid"].as_i64().expect("pid in the verbose info") as i32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_survive_containerd_killed_and_restarted() {
+    let mut ctd = Containerd::start("peapod").await;
+    let (pod, pod_config) = run_pod(&mut ctd, "ctd-crash").await;
+    let keep = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh("keep", BUSYBOX, "echo before; exec sleep 100000"),
+    )
+    .await;
+    let quit = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh(
+            "quit",
+            BUSYBOX,
+            "trap 'exit 7' TERM; echo ready; while :; do sleep 1; done",
+        ),
+    )
+    .await;
+    wait_log(&mut ctd, &keep, "before").await;
+    wait_log(&mut ctd, &quit, "ready").await;
+    let quit_pid = container_pid(&mut ctd, &quit).await;
+    let shims = ctd.shims();
+    assert_eq!(shims.len(), 1, "one shim for the pod: {shims:?}");
+    let address = shim_address(&ctd.bundle(&pod));
+
+    // containerd dies; the shim and the containers do not.
+    ctd.kill();
+    assert_eq!(ctd.shims(), shims, "the shim outlives containerd");
+    // An exit while containerd is down: the shim records it (durably, in the bundle).
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(quit_pid, libc::SIGTERM) }, 0);
+    let exit_file = ctd.bundle(&quit).join("exit");
+    let deadline = Instant::now() + LIMIT;
+    while !exit_file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no exit recorded in {}",
+            exit_file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    ctd.restart().await;
+    assert_eq!(
+        ctd.shims(),
+        shims,
+        "containerd reconnected to the same shim"
+    );
+    assert_eq!(
+        status(&mut ctd, &keep).await.state,
+        cri::ContainerState::ContainerRunning as i32
+    );
+    let st = wait_state(&mut ctd, &quit, cri::ContainerState::ContainerExited).await;
+    assert_eq!(
+        st.exit_code, 7,
+        "the exit during the outage is reported: {st:?}"
+    );
+    // The running container is fully usable through the restarted containerd.
+    let out = exec_sync(&mut ctd, &keep, &["echo", "after"]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "after\n");
+
+    for id in [&keep, &quit] {
+        remove_container(&mut ctd, id).await;
+    }
+    remove_pod(&mut ctd, &pod).await;
+    wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
+    let mut ctd = Containerd::start("peapod").await;
+    let (pod, pod_config) = run_pod(&mut ctd, "ctd-shimkill").await;
+    let app = create_and_start(
+        &mut ctd,
+        &pod,
+        &pod_config,
+        sh("app", BUSYBOX, "exec sleep 100000"),
+    )
+    .await;
+    let app_pid = container_pid(&mut ctd, &app).await;
+    let shims = ctd.shims();
+    assert_eq!(shims.len(), 1, "{shims:?}");
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(shims[0] as i32, libc::SIGKILL) }, 0);
+
+    // containerd notices the lost connection and runs `containerd-shim-peapod-v2 … delete`
+    // for each task: the container is killed through runc and reported exited.
+    let st = wait_state(&mut ctd, &app, cri::ContainerState::ContainerExited).await;
+    // The CRI plugin's own Wait breaks with the connection and records "unknown" (255) unless
+    // the TaskExit of the cleanup (SIGKILL: 137) arrives first.
+    assert!([128 + 9, 255].contains(&st.exit_code), "{st:?}");
+    // containerd's cleanup of each dead task runs in the background: the delete action, then
+    // the bundle's removal.
+    let deadline = Instant::now() + LIMIT;
+    while ctd.bundle(&pod).exists() || ctd.bundle(&app).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "containerd did not finish its cleanup:\n{}",
+            ctd.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = ctd.log();
+    assert!(
+        log.contains("cleaning up after shim disconnected")
+            && !log.contains("failed to clean up after shim disconnected"),
+        "containerd did not clean up after the shim:\n{log}"
+    );
+    let stat = std::fs::read_to_string(format!("/proc/{app_pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z "),
+        "the container's process still runs: {stat}"
+    );
+    remove_container(&mut ctd, &app).await;
+    remove_pod(&mut ctd, &pod).await;
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
+
+/// The containerd namespace of the `ctr` test (not the CRI's).
+const CTR_NS: &str = "peapod-e2e";
+
+/// Polls `check` on `ctr task ls` output until it holds.
+async fn wait_tasks(ctd: &Containerd, what: &str, check: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let ls = ctd.ctr(CTR_NS, &["task", "ls"]);
+        if check(&ls) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "tasks not {what}: {ls}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_file_contains(path: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} has no {needle:?}: {text:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn task_line<'a>(ls: &'a str, id: &str) -> &'a str {
+    ls.lines()
+        .find(|l| l.split_whitespace().next() == Some(id))
+        .unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerds_own_api_drives_the_peapod_runtime() {
+    let ctd = Containerd::start("peapod").await;
+    ctd.import(
+        CTR_NS,
+        BUSYBOX,
+        &peapod_image::testsupport::ImageSpec::busybox(),
+    );
+    let dir = ctd.dir.path().to_path_buf();
+    // containerd's event stream, from before the first task.
+    let events_file = dir.join("events.txt");
+    let mut events = std::process::Command::new("ctr")
+        .arg("--address")
+        .arg(&ctd.socket)
+        .arg("events")
+        .stdout(std::fs::File::create(&events_file).expect("events file"))
+        .spawn()
+        .expect("ctr events");
+    // Subscribed once an event of our own shows up on it.
+    let mut n = 0;
+    loop {
+        n += 1;
+        ctd.ctr(CTR_NS, &["namespaces", "create", &format!("sync-{n}")]);
+        let text = std::fs::read_to_string(&events_file).unwrap_or_default();
+        if text.contains("/namespaces/create") {
+            break;
+        }
+        assert!(n < 600, "ctr events shows nothing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A task with its output in a file (a file:// log URI).
+    let log = dir.join("c1.log");
+    ctd.ctr(
+        CTR_NS,
+        &[
+            "run",
+            "-d",
+            "--runtime",
+            "io.containerd.peapod.v2",
+            "--log-uri",
+            &format!("file://{}", log.display()),
+            BUSYBOX,
+            "c1",
+            "sh",
+            "-c",
+            "echo hello-log; exec sleep 100000",
+        ],
+    );
+    wait_file_contains(&log, "hello-log\n").await;
+    wait_tasks(&ctd, "running", |ls| {
+        task_line(ls, "c1").contains("RUNNING")
+    })
+    .await;
+
+    // Exec, pause and resume.
+    let out = ctd.ctr(
+        CTR_NS,
+        &[
+            "task",
+            "exec",
+            "--exec-id",
+            "e1",
+            "c1",
+            "sh",
+            "-c",
+            "echo exec-out",
+        ],
+    );
+    assert_eq!(out, "exec-out\n");
+    ctd.ctr(CTR_NS, &["task", "pause", "c1"]);
+    wait_tasks(&ctd, "paused", |ls| task_line(ls, "c1").contains("PAUSED")).await;
+    ctd.ctr(CTR_NS, &["task", "resume", "c1"]);
+    wait_tasks(&ctd, "resumed", |ls| {
+        task_line(ls, "c1").contains("RUNNING")
+    })
+    .await;
+
+    // A task whose output goes to a logging program (a binary:// log URI).
+    let logger = dir.join("logger.sh");
+    let logged = dir.join("logged.txt");
+    std::fs::write(
+        &logger,
+        format!(
+            "#!/bin/sh\nexec 5>&-\n{{ echo \"$CONTAINER_NAMESPACE/$CONTAINER_ID\"; cat <&3; }} > {}\n",
+            logged.display()
+        ),
+    )
+    .expect("write logger");
+    std::fs::set_permissions(&logger, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod logger");
+    ctd.ctr(
+        CTR_NS,
+        &[
+            "run",
+            "-d",
+            "--runtime",
+            "io.containerd.peapod.v2",
+            "--log-uri",
+            &format!("binary://{}", logger.display()),
+            BUSYBOX,
+            "c2",
+            "sh",
+            "-c",
+            "echo via-logger; exec sleep 100000",
+        ],
+    );
+    let text = wait_file_contains(&logged, "via-logger\n").await;
+    assert!(text.starts_with(&format!("{CTR_NS}/c2\n")), "{text:?}");
+
+    // Kill, wait for the exit, delete.
+    for id in ["c1", "c2"] {
+        ctd.ctr(CTR_NS, &["task", "kill", "-s", "SIGKILL", id]);
+        wait_tasks(&ctd, "stopped", |ls| task_line(ls, id).contains("STOPPED")).await;
+        ctd.ctr(CTR_NS, &["task", "delete", id]);
+        ctd.ctr(CTR_NS, &["container", "delete", id]);
+    }
+    wait_tasks(&ctd, "deleted", |ls| ls.lines().count() <= 1).await;
+
+    // Every task event reached containerd's event stream, the exit with its status.
+    ctd.ctr(CTR_NS, &["namespaces", "create", "sync-end"]);
+    let text = wait_file_contains(&events_file, "sync-end").await;
+    let _ = events.kill();
+    let _ = events.wait();
+    for topic in [
+        "/tasks/create",
+        "/tasks/start",
+        "/tasks/exec-added",
+        "/tasks/exec-started",
+        "/tasks/paused",
+        "/tasks/resumed",
+        "/tasks/exit",
+        "/tasks/delete",
+    ] {
+        assert!(text.contains(topic), "no {topic} in the events:\n{text}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.contains("/tasks/exit") && l.contains("c1") && l.contains("137")),
+        "no exit status 137 for c1:\n{text}"
+    );
+    // The shims left when their last task was deleted.
+    let deadline = Instant::now() + LIMIT;
+    while !ctd.shims().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "shims still running: {:?}",
+            ctd.shims()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
