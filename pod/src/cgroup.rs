@@ -198,6 +198,31 @@ pub fn set_node_allocatable(root: &Path, parent: &str, cpu_milli: i64, memory: i
     }
 }
 
+/// The Burstable QoS cgroup's cpu shares: the sum of its pods' cpu requests, as the kubelet's
+/// QoS manager keeps them (only when the cgroup exists).
+pub fn set_burstable_shares(root: &Path, parent: &str, cpu_milli: i64) {
+    let path = format!("/{}/burstable", parent.trim_matches('/'));
+    let shares = crate::resources::milli_cpu_to_shares(cpu_milli);
+    let (d, file, value) = if is_unified(root) {
+        (
+            dir(root, None, &path),
+            "cpu.weight",
+            shares_to_weight(shares).to_string(),
+        )
+    } else {
+        (
+            dir(root, Some("cpu"), &path),
+            "cpu.shares",
+            shares.to_string(),
+        )
+    };
+    if d.is_dir() {
+        if let Err(e) = write(&d, file, &value) {
+            tracing::warn!(error = %e, "setting the burstable cgroup's cpu shares");
+        }
+    }
+}
+
 /// The BestEffort QoS cgroup gets the minimum cpu shares, as the kubelet's QoS manager sets.
 pub fn set_besteffort_shares(root: &Path, parent: &str) {
     let path = format!("/{}/besteffort", parent.trim_matches('/'));

@@ -49,7 +49,8 @@
 //!   `kubepods[/burstable|/besteffort]/pod<uid>` with ResourceConfigForPod's values; container
 //!   cpu shares/quota/period and memory limit (calculateLinuxResources); oom_score_adj by QoS,
 //!   raised to the daemon's own without CAP_SYS_RESOURCE; `kubepods` holds the node's
-//!   allocatable (cpu shares, memory limit).
+//!   allocatable (cpu shares, memory limit); the Burstable QoS cgroup the sum of its pods'
+//!   cpu requests, the BestEffort one the minimum shares.
 //! - Init containers one at a time, each to exit 0; restartable init containers (sidecars)
 //!   started in order and waited for (startup probe), kept running, stopped after the app
 //!   containers; app containers together.
@@ -77,8 +78,7 @@
 //! Ephemeral containers, in-place resize, readiness gates, HTTPS probes,
 //! configMap/secret/projected/PVC volumes and envFrom (refused: there is no API server), the
 //! systemd cgroup driver for the pod cgroup (cgroupfs layout only), hugepages and
-//! ephemeral-storage accounting, system-reserved/kube-reserved, the Burstable QoS
-//! cgroup's summed shares (BestEffort's are set to 2), and garbage collection of exited
+//! ephemeral-storage accounting, system-reserved/kube-reserved, and garbage collection of exited
 //! containers beyond the one previous attempt kept per container.
 
 pub mod admission;

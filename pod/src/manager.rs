@@ -91,6 +91,18 @@ impl Manager {
             pods: Arc::new(Mutex::new(BTreeMap::new())),
             changes: tokio::sync::Mutex::new(()),
         });
+        // The QoS cgroups follow the pods: now and then, and after every apply or delete.
+        let weak = Arc::downgrade(&m);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                match weak.upgrade() {
+                    Some(m) => m.update_qos_cgroups(),
+                    None => return,
+                }
+            }
+        });
         let records = m.store.load_all();
         tracing::info!(pods = records.len(), "re-adopting stored pods");
         for rec in records {
@@ -115,6 +127,31 @@ impl Manager {
             }
         }
         m
+    }
+
+    /// The Burstable QoS cgroup's shares from the cpu requests of the Burstable pods that hold
+    /// resources (neither finished nor refused).
+    pub fn update_qos_cgroups(&self) {
+        let milli: i64 = self
+            .lock()
+            .values()
+            .map(|h| {
+                let v = h.view.lock().unwrap_or_else(|e| e.into_inner());
+                let burstable = v.pod.spec.as_ref().is_some_and(|s| {
+                    crate::resources::qos_class(s) == crate::resources::QosClass::Burstable
+                });
+                if burstable {
+                    v.requests.cpu_milli
+                } else {
+                    0
+                }
+            })
+            .sum();
+        crate::cgroup::set_burstable_shares(
+            &self.settings.cgroup_root,
+            &self.settings.cgroup_parent,
+            milli,
+        );
     }
 
     /// Stops supervising (the daemon is going away): every task ends, pods keep running.
@@ -239,6 +276,7 @@ impl Manager {
                 action,
             });
         }
+        self.update_qos_cgroups();
         Ok(out)
     }
 
@@ -349,7 +387,9 @@ impl Manager {
         wait: bool,
     ) -> Result<(), PodError> {
         let _guard = self.changes.lock().await;
-        self.delete_locked(namespace, name, grace, wait).await
+        self.delete_locked(namespace, name, grace, wait).await?;
+        self.update_qos_cgroups();
+        Ok(())
     }
 
     async fn delete_locked(

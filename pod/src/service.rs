@@ -5,6 +5,7 @@ use peapod_proto::pods as api;
 use peapod_proto::pods::pods_server::{Pods, PodsServer};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 #[derive(Clone)]
 pub struct PodsService {
@@ -47,10 +48,14 @@ impl Pods for PodsService {
         r: Request<api::ApplyRequest>,
     ) -> Result<Response<api::ApplyResponse>, Status> {
         let r = r.into_inner();
+        let span =
+            tracing::info_span!("Apply", source = %r.source, namespace = %namespace(&r.namespace));
         let results = self
             .manager
             .apply(namespace(&r.namespace), &r.manifest, &r.source)
-            .await?;
+            .instrument(span)
+            .await
+            .inspect_err(|e| tracing::info!(error = %e, "apply refused"))?;
         Ok(Response::new(api::ApplyResponse {
             results: results
                 .into_iter()
@@ -91,8 +96,10 @@ impl Pods for PodsService {
         let r = r.into_inner();
         required("name", &r.name)?;
         let grace = (r.grace_period_seconds >= 0).then_some(r.grace_period_seconds);
+        let span = tracing::info_span!("DeletePod", namespace = %namespace(&r.namespace), name = %r.name, wait = r.wait);
         self.manager
             .delete(namespace(&r.namespace), &r.name, grace, r.wait)
+            .instrument(span)
             .await?;
         Ok(Response::new(api::DeleteResponse {}))
     }

@@ -527,3 +527,49 @@ async fn active_deadline_fails_the_pod_and_stops_it() {
     .await;
     assert!(t.calls().iter().any(|c| c.starts_with("StopContainer")));
 }
+
+#[tokio::test]
+async fn the_burstable_cgroup_has_the_sum_of_its_pods_requests() {
+    let t = setup();
+    let pod = |name: &str, cpu: &str| {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - name: x\n    image: img:1\n    resources: {{requests: {{cpu: {cpu}}}}}\n")
+    };
+    t.apply(&pod("a", "250m")).await;
+    t.apply(&pod("b", "500m")).await;
+    t.until("b", "running", |p| phase(p) == "Running").await;
+    t.m.update_qos_cgroups();
+    let shares = t
+        .settings
+        .cgroup_root
+        .join("cpu/kubepods/burstable/cpu.shares");
+    assert_eq!(std::fs::read_to_string(&shares).unwrap(), "768");
+}
+
+#[tokio::test]
+async fn after_a_reboot_the_pod_is_made_again() {
+    let t = setup();
+    t.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: x, image: img:1}\n").await;
+    t.until("p", "running", |p| phase(p) == "Running").await;
+    t.m.stop();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The runtime forgot everything (its state lives on a tmpfs).
+    {
+        let mut st = t.cri.st();
+        st.sandboxes.clear();
+        st.containers.clear();
+    }
+    let m2 = Manager::start(t.cri.clone(), t.settings.clone());
+    let t0 = Instant::now();
+    loop {
+        let p = json(&m2.get("default", "p").unwrap());
+        if phase(&p) == "Running" && restarts(&p) == 1 && !t.cri.st().containers.is_empty() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "not made again: {p:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(t.cri.st().sandboxes.len(), 1);
+}

@@ -37,7 +37,8 @@ pub struct DaemonOptions {
     /// Extra CNI plugin directory searched before the system ones.
     pub extra_cni_bin: Option<PathBuf>,
     /// Extra TOML appended to the daemon's configuration file; `{cgroup_parent}` is replaced
-    /// by this daemon's cgroup parent (e.g. `[pods]\ncgroup_parent = "{cgroup_parent}/kubepods"`).
+    /// by this daemon's cgroup parent. Without a `[pods]` table here, one putting pod cgroups
+    /// at `{cgroup_parent}/kubepods` is added.
     pub extra_config: String,
 }
 
@@ -100,6 +101,16 @@ impl TestDaemon {
             bin_dirs.push(extra.display().to_string());
         }
         bin_dirs.extend(SYSTEM_CNI_DIRS.iter().map(|s| s.to_string()));
+        // Applied pods' cgroups go under this daemon's parent too (so the sweep on drop finds
+        // them), unless the test brings its own [pods] table.
+        let extra = if opts.extra_config.contains("[pods]") {
+            opts.extra_config.clone()
+        } else {
+            format!(
+                "[pods]\ncgroup_parent = \"{{cgroup_parent}}/kubepods\"\n{}",
+                opts.extra_config
+            )
+        };
         let config = format!(
             "root = \"{root}\"\nstate = \"{state}\"\nsocket = \"{state}/peapod.sock\"\nlog_level = \"debug\"\n\
              [cgroup]\ndefault_parent = \"{cgroup_parent}\"\n\
@@ -108,7 +119,7 @@ impl TestDaemon {
             state = state.display(),
             conf = conf_dir.display(),
             bins = bin_dirs,
-            extra = opts.extra_config.replace("{cgroup_parent}", &cgroup_parent),
+            extra = extra.replace("{cgroup_parent}", &cgroup_parent),
         );
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config).expect("write config");

@@ -822,6 +822,25 @@ async fn burstable_and_besteffort_pods_get_the_kubelets_cgroup_values() {
     );
     assert_eq!(read(&pod_cpu.join("cpu.shares")), "256");
     assert_eq!(read(&pod_cpu.join("cpu.cfs_quota_us")), "-1");
+    // The QoS level: burstable/ carries the sum of its pods' requests (the QoS manager updates
+    // it within seconds), besteffort/ the minimum, kubepods the node's allocatable CPU.
+    let burstable = pod_cpu.parent().unwrap().to_path_buf();
+    let t0 = Instant::now();
+    while read(&burstable.join("cpu.shares")) != "256" {
+        assert!(
+            t0.elapsed() < WAIT,
+            "burstable cpu.shares {}",
+            read(&burstable.join("cpu.shares"))
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let kubepods = burstable.parent().unwrap().to_path_buf();
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(
+        read(&kubepods.join("cpu.shares")),
+        (cpus * 1024).to_string()
+    );
+    assert_eq!(read(&kubepods.join("besteffort/cpu.shares")), "2");
     let be_cpu = e.pod_cgroup("cpu", &be);
     assert!(
         be_cpu

@@ -26,6 +26,26 @@ impl Supervisor {
                     by_name.entry(n.clone()).or_default().push(c);
                 }
             }
+            // Containers the runtime no longer has (a reboot, a wiped state directory) are
+            // run again as their next attempt, as in a re-created sandbox.
+            let gone: Vec<String> = self
+                .rec
+                .containers
+                .iter()
+                .filter(|(n, r)| r.id.is_some() && !by_name.contains_key(*n))
+                .map(|(n, _)| n.clone())
+                .collect();
+            for name in gone {
+                tracing::warn!(container = %name, "the runtime lost this container; it will run again");
+                let r = self.rec.container(&name);
+                if let Some(t) = current_termination(r) {
+                    r.last_terminated = Some(t);
+                }
+                r.id = None;
+                r.previous_id = None;
+                r.observed = None;
+                r.restart_count += 1;
+            }
             for (name, mut list) in by_name {
                 list.sort_by_key(|c| {
                     (
@@ -44,6 +64,8 @@ impl Supervisor {
                     }
                     r.previous_id = list.iter().rev().nth(1).map(|c| c.id.clone());
                     r.id = newest;
+                    // The record's state was the old attempt's; observe() reads the new one.
+                    r.observed = None;
                 }
             }
         }
