@@ -805,6 +805,8 @@ fn raw_ticks(text: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_follow_across_log_rotation_until_the_container_exits() {
     let mut d = pod_daemon("apply-logs").await;
+    // `get pods -w` from before the pod exists: a row each time it changes.
+    let watcher = Watcher::start(&d, &["get", "pods", "-w"]);
     apply(&d, TICKER).ok("apply ticker");
     let pod = wait_pod(&d, "ticker", LIMIT, "logging", |_| {
         ticks(&peapod(&d, &["logs", "ticker"]).stdout).len() >= 3
@@ -881,8 +883,71 @@ async fn logs_follow_across_log_rotation_until_the_container_exits() {
     let expected: Vec<u64> = (1..=seen.len() as u64).collect();
     assert_eq!(seen, expected, "{text_out}");
     assert!(text_out.ends_with("end\n"), "{text_out}");
+    let rows = watcher.until(|row| row.starts_with("ticker ") && row.contains(" Completed "));
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("ticker ") && r.contains(" Running ")),
+        "{rows:#?}"
+    );
     let old = raw_ticks(&std::fs::read_to_string(&rotated).unwrap_or_default());
     assert!(seen.len() > old && old > 0, "followed past the rotation");
+    // Stopped before the leftovers check: its command line names the daemon's socket.
+    drop(watcher);
     peapod(&d, &["delete", "pod", "ticker"]).ok("delete");
     assert!(leftovers(&d).is_empty(), "{:#?}", leftovers(&d));
+}
+
+/// A CLI command that runs until stopped (`get -w`), its stdout read line by line.
+struct Watcher {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Watcher {
+    fn start(d: &TestDaemon, args: &[&str]) -> Watcher {
+        let mut child = std::process::Command::new(e2e::daemon::bin_dir().join("peapod"))
+            .arg("--endpoint")
+            .arg(&d.socket)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the watcher");
+        let stdout = child.stdout.take().expect("stdout pipe");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watcher { child, lines }
+    }
+
+    /// Every line up to and including the first that `done` accepts (within LIMIT).
+    fn until(&self, done: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            match self.lines.recv_timeout(LIMIT) {
+                Ok(line) => {
+                    let last = done(&line);
+                    seen.push(line);
+                    if last {
+                        return seen;
+                    }
+                }
+                Err(e) => panic!("watch: {e}; so far: {seen:#?}"),
+            }
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
