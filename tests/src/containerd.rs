@@ -17,8 +17,9 @@ pub const BUSYBOX: &str = "peapod.test/busybox:1";
 pub const PAUSE: &str = "peapod.test/pause:1";
 /// The namespace of containerd's CRI plugin.
 pub const NAMESPACE: &str = "k8s.io";
-/// Where containerd's v2 shims (runc-v2's and ours) keep the OCI runtime's state.
-pub const RUNTIME_ROOT: &str = "/run/containerd/runc/k8s.io";
+/// Where containerd's v2 shims (runc-v2's and ours) keep the OCI runtime's state, one
+/// directory per containerd namespace.
+pub const RUNTIME_ROOTS: &str = "/run/containerd/runc";
 
 pub struct Containerd {
     _slot: Slot,
@@ -251,10 +252,13 @@ async fn wait_for(socket: &Path, dir: &Path) -> Cri {
 /// (from `address`) and the pods' network namespaces (from config.json).
 fn outside_paths(task_dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let (mut sockets, mut netns) = (Vec::new(), Vec::new());
-    let Ok(bundles) = std::fs::read_dir(task_dir) else {
-        return (sockets, netns);
-    };
-    for bundle in bundles.flatten().map(|e| e.path()) {
+    // <task_dir>/<namespace>/<id>, for every containerd namespace the test used.
+    let bundles = std::fs::read_dir(task_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|ns| std::fs::read_dir(ns.path()).into_iter().flatten().flatten());
+    for bundle in bundles.map(|e| e.path()) {
         if let Ok(address) = std::fs::read_to_string(bundle.join("address")) {
             sockets.push(PathBuf::from(address.trim().trim_start_matches("unix://")));
         }
@@ -277,21 +281,26 @@ fn outside_paths(task_dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
 impl Drop for Containerd {
     fn drop(&mut self) {
         self.kill();
-        let (sockets, netns) = outside_paths(
-            &self
-                .state
-                .join("io.containerd.runtime.v2.task")
-                .join(NAMESPACE),
-        );
+        let (sockets, netns) = outside_paths(&self.state.join("io.containerd.runtime.v2.task"));
         for pid in self.shims() {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
-        // Containers whose bundles are ours, in the runtime state shared with runc-v2.
-        if let Ok(out) = Command::new("runc")
-            .args(["--root", RUNTIME_ROOT, "list", "--format", "json"])
-            .output()
-        {
+        // Containers whose bundles are ours, in the runtime state (of every namespace) shared
+        // with runc-v2.
+        let roots = std::fs::read_dir(RUNTIME_ROOTS)
+            .into_iter()
+            .flatten()
+            .flatten();
+        for root in roots.map(|e| e.path()) {
+            let Ok(out) = Command::new("runc")
+                .arg("--root")
+                .arg(&root)
+                .args(["list", "--format", "json"])
+                .output()
+            else {
+                continue;
+            };
             let listed: Vec<serde_json::Value> =
                 serde_json::from_slice(&out.stdout).unwrap_or_default();
             for c in listed {
@@ -299,7 +308,9 @@ impl Drop for Containerd {
                 if Path::new(bundle).starts_with(self.dir.path()) {
                     let id = c["id"].as_str().unwrap_or_default();
                     let _ = Command::new("runc")
-                        .args(["--root", RUNTIME_ROOT, "delete", "--force", id])
+                        .arg("--root")
+                        .arg(&root)
+                        .args(["delete", "--force", id])
                         .output();
                 }
             }

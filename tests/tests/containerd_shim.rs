@@ -523,7 +523,7 @@ async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
 }
 
 /// The containerd namespace of the `ctr` test (not the CRI's).
-const CTR_NS: &str = "peapod-e2e";
+const CTR_NS: &str = "peapod-ctr";
 
 /// Polls `check` on `ctr task ls` output until it holds.
 async fn wait_tasks(ctd: &Containerd, what: &str, check: impl Fn(&str) -> bool) {
@@ -670,8 +670,40 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
     let text = wait_file_contains(&logged, "via-logger\n").await;
     assert!(text.starts_with(&format!("{CTR_NS}/c2\n")), "{text:?}");
 
+    // An OOM kill in a container that lives on is reported when it happens.
+    let c3_log = dir.join("c3.log");
+    ctd.ctr(
+        CTR_NS,
+        &[
+            "run",
+            "-d",
+            "--runtime",
+            "io.containerd.peapod.v2",
+            "--memory-limit",
+            &(16u64 << 20).to_string(),
+            "--log-uri",
+            &format!("file://{}", c3_log.display()),
+            BUSYBOX,
+            "c3",
+            "sh",
+            "-c",
+            "tail /dev/zero; echo survived; exec sleep 100000",
+        ],
+    );
+    wait_file_contains(&c3_log, "survived\n").await;
+    let text = wait_file_contains(&events_file, "/tasks/oom").await;
+    assert!(
+        text.lines()
+            .any(|l| l.contains("/tasks/oom") && l.contains("\"c3\"")),
+        "no TaskOOM for c3:\n{text}"
+    );
+    assert!(
+        task_line(&ctd.ctr(CTR_NS, &["task", "ls"]), "c3").contains("RUNNING"),
+        "c3 should live on after its child's OOM kill"
+    );
+
     // Kill, wait for the exit, delete.
-    for id in ["c1", "c2"] {
+    for id in ["c1", "c2", "c3"] {
         ctd.ctr(CTR_NS, &["task", "kill", "-s", "SIGKILL", id]);
         wait_tasks(&ctd, "stopped", |ls| task_line(ls, id).contains("STOPPED")).await;
         ctd.ctr(CTR_NS, &["task", "delete", id]);
@@ -691,6 +723,7 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
         "/tasks/exec-started",
         "/tasks/paused",
         "/tasks/resumed",
+        "/tasks/oom",
         "/tasks/exit",
         "/tasks/delete",
     ] {

@@ -14,12 +14,14 @@
 //! - `task`: the Task service as containerd calls it (rootfs mounts, events, Stats, ...);
 //! - `events`: publishing task events to containerd's ttrpc events service;
 //! - `mounts`: the container's root filesystem from the request's mounts;
+//! - `oom`: TaskOOM as the memory cgroup reports it;
 //! - `stats`: cgroup v1 metrics of a container.
 
 mod events;
 mod flags;
 mod launch;
 mod mounts;
+mod oom;
 mod serve;
 mod stats;
 mod task;

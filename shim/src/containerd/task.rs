@@ -4,7 +4,7 @@
 //! containers.
 
 use super::events::Publisher;
-use super::{mounts, stats};
+use super::{mounts, oom, stats};
 use crate::error::ShimError;
 use crate::task::TaskService;
 use crate::task_api::TaskApi;
@@ -100,9 +100,10 @@ impl ContainerdTask {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Publishes TaskOOM (when the memory cgroup killed it) and TaskExit once process
-    /// `exec_id` (empty: the init) of container `id` exits.
-    fn watch_exit(&self, id: &str, exec_id: &str) {
+    /// Publishes TaskExit once process `exec_id` (empty: the init) of container `id` exits,
+    /// after TaskOOM when the memory cgroup killed something and `oom_at_exit` (no live OOM
+    /// watch, see [`oom`]).
+    fn watch_exit(&self, id: &str, exec_id: &str, oom_at_exit: bool) {
         let tasks = self.tasks.clone();
         let events = self.events.clone();
         let (id, exec_id) = (id.to_string(), exec_id.to_string());
@@ -111,7 +112,7 @@ impl ContainerdTask {
             let Ok(exit) = tasks.wait(&id, &exec_id).await else {
                 return;
             };
-            if exit.oom_killed {
+            if exit.oom_killed && oom_at_exit {
                 let mut oom = ev::TaskOOM::new();
                 oom.container_id = id.clone();
                 events.publish(topics::TASK_OOM_EVENT_TOPIC, &oom);
@@ -235,7 +236,8 @@ impl Task for ContainerdTask {
                 let mut event = event;
                 event.pid = resp.pid;
                 self.events.publish(topics::TASK_CREATE_EVENT_TOPIC, &event);
-                self.watch_exit(&id, "");
+                let live_oom = oom::watch(&id, resp.pid, &self.cgroup_root, self.events.clone());
+                self.watch_exit(&id, "", !live_oom);
                 Ok(resp)
             }
             Err(err) => {
@@ -267,7 +269,7 @@ impl Task for ContainerdTask {
             e.pid = resp.pid;
             self.events
                 .publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, &e);
-            self.watch_exit(&req.id, &req.exec_id);
+            self.watch_exit(&req.id, &req.exec_id, false);
         }
         Ok(resp)
     }
