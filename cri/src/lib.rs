@@ -7,7 +7,7 @@
 //!
 //! Modules, one line each:
 //! - `server/`: the CRI gRPC services (one file per group of calls) and `serve`;
-//! - `daemon`: builds the services from the config and holds them (`runtime`: its old name);
+//! - `daemon`: builds the services from the config and holds them;
 //! - `sandbox/`: pod sandboxes — `SandboxService`, one file per call (run, stop, remove,
 //!   status, list), the pause's spec and image, watching pause exits;
 //! - `container/`: app containers — `ContainerService`, one file per call (create, start,
@@ -47,7 +47,6 @@ pub mod network;
 pub mod oom_score;
 pub mod paths;
 pub mod pause;
-pub mod runtime;
 pub mod runtime_spec;
 pub mod sandbox;
 pub mod server;

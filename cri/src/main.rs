@@ -167,7 +167,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(&cfg.log_level);
     let socket = cfg.socket.clone();
     tracing::info!(version = env!("CARGO_PKG_VERSION"), root = %cfg.root.display(), state = %cfg.state.display(), "peapod starting");
-    let rt = peapod::runtime::Runtime::new(cfg)
+    let rt = peapod::daemon::Daemon::new(cfg)
         .await
         .context("initialise the runtime")?;
     let shutdown = async {
