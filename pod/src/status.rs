@@ -273,7 +273,15 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
         .init_containers
         .iter()
         .flatten()
-        .map(|c| container_status(c, rec.containers.get(&c.name), "PodInitializing"))
+        .map(|c| {
+            let mut s = container_status(c, rec.containers.get(&c.name), "PodInitializing");
+            // The kubelet reports an init container that ran to success as ready (kubectl
+            // describe shows "Ready: True" under a Completed one); sidecars as probed.
+            if !is_restartable_init(c) {
+                s.ready = completed(&s);
+            }
+            s
+        })
         .collect();
     let initialized = spec
         .init_containers
@@ -486,6 +494,10 @@ mod tests {
         let t = init.state.as_ref().unwrap().terminated.as_ref().unwrap();
         assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
         assert_eq!(t.container_id.as_deref(), Some("peapod://id-init"));
+        assert!(
+            init.ready,
+            "a Completed init container is ready, as the kubelet reports it"
+        );
         assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.2"));
         assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
     }
@@ -514,7 +526,17 @@ mod tests {
         set(&mut r, "init", RunState::Exited, 1);
         let s = compute(&mut r, "h");
         assert_eq!(s.phase.as_deref(), Some("Failed"));
+        // As the kubelet: a Failed pod is not "Initialized: PodCompleted" when its init
+        // container failed (kubectl shows Init:Error), and Ready says PodFailed.
+        let initialized = cond(&s, "Initialized");
+        assert_eq!(initialized.status, "False");
+        assert_eq!(
+            initialized.reason.as_deref(),
+            Some("ContainersNotInitialized")
+        );
+        assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("PodFailed"));
         let init = &s.init_container_statuses.as_ref().unwrap()[0];
+        assert!(!init.ready);
         assert_eq!(
             init.state
                 .as_ref()
