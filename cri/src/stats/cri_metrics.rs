@@ -7,13 +7,14 @@
 //! `interface` for network and `device` for filesystem metrics. CRI metric values are
 //! integers, so seconds are whole seconds, as containerd and CRI-O report them.
 
+use super::cadvisor::{Extra, FsInfo, NetDev};
 use peapod_proto::v1 as cri;
 use peapod_proto::v1::LinuxContainerResources;
 
 const BASE: [&str; 3] = ["id", "name", "image"];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Extra {
+enum Labels {
     None,
     Interface,
     Device,
@@ -22,99 +23,239 @@ enum Extra {
 struct Desc {
     name: &'static str,
     help: &'static str,
-    extra: Extra,
+    labels: Labels,
 }
 
 const DESCRIPTORS: &[Desc] = &[
     Desc {
         name: "container_cpu_usage_seconds_total",
         help: "Cumulative cpu time consumed in seconds.",
-        extra: Extra::None,
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_cpu_user_seconds_total",
+        help: "Cumulative user cpu time consumed in seconds.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_cpu_system_seconds_total",
+        help: "Cumulative system cpu time consumed in seconds.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_cpu_cfs_periods_total",
+        help: "Number of elapsed enforcement period intervals.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_cpu_cfs_throttled_periods_total",
+        help: "Number of throttled period intervals.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_cpu_cfs_throttled_seconds_total",
+        help: "Total time duration the container has been throttled.",
+        labels: Labels::None,
     },
     Desc {
         name: "container_memory_usage_bytes",
         help: "Current memory usage in bytes, including all memory regardless of when it was accessed.",
-        extra: Extra::None,
+        labels: Labels::None,
     },
     Desc {
         name: "container_memory_working_set_bytes",
         help: "Current working set in bytes.",
-        extra: Extra::None,
+        labels: Labels::None,
     },
     Desc {
         name: "container_memory_rss",
         help: "Size of RSS in bytes.",
-        extra: Extra::None,
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_memory_cache",
+        help: "Number of bytes of page cache memory.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_memory_mapped_file",
+        help: "Size of memory mapped files in bytes.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_memory_swap",
+        help: "Container swap usage in bytes.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_memory_kernel_usage",
+        help: "Size of kernel memory allocated in bytes.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_memory_failcnt",
+        help: "Number of memory usage hits limits.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_memory_max_usage_bytes",
+        help: "Maximum memory usage recorded in bytes.",
+        labels: Labels::None,
     },
     Desc {
         name: "container_memory_failures_total",
         help: "Cumulative count of page faults (pgfault) of the container.",
-        extra: Extra::None,
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_oom_events_total",
+        help: "Count of out of memory events observed for the container.",
+        labels: Labels::None,
     },
     Desc {
         name: "container_spec_cpu_shares",
         help: "CPU share of the container.",
-        extra: Extra::None,
+        labels: Labels::None,
     },
     Desc {
         name: "container_spec_cpu_quota",
         help: "CPU quota of the container.",
-        extra: Extra::None,
+        labels: Labels::None,
     },
     Desc {
         name: "container_spec_cpu_period",
         help: "CPU period of the container.",
-        extra: Extra::None,
+        labels: Labels::None,
     },
     Desc {
         name: "container_spec_memory_limit_bytes",
         help: "Memory limit for the container.",
-        extra: Extra::None,
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_spec_memory_swap_limit_bytes",
+        help: "Memory swap limit for the container.",
+        labels: Labels::None,
     },
     Desc {
         name: "container_start_time_seconds",
         help: "Start time of the container since unix epoch in seconds.",
-        extra: Extra::None,
+        labels: Labels::None,
     },
     Desc {
         name: "container_last_seen",
         help: "Last time a container was seen by the exporter.",
-        extra: Extra::None,
+        labels: Labels::None,
     },
     Desc {
         name: "container_processes",
-        help: "Number of processes running inside the pod (pause included).",
-        extra: Extra::None,
+        help: "Number of processes running inside the container.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_threads",
+        help: "Number of threads running inside the container.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_threads_max",
+        help: "Maximum number of threads allowed inside the container, infinity if value is zero.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_file_descriptors",
+        help: "Number of open file descriptors for the container.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_sockets",
+        help: "Number of open sockets for the container.",
+        labels: Labels::None,
     },
     Desc {
         name: "container_fs_usage_bytes",
         help: "Number of bytes that are consumed by the container on this filesystem.",
-        extra: Extra::Device,
+        labels: Labels::Device,
+    },
+    Desc {
+        name: "container_fs_limit_bytes",
+        help: "Number of bytes that can be consumed by the container on this filesystem.",
+        labels: Labels::Device,
     },
     Desc {
         name: "container_fs_inodes_total",
-        help: "Number of inodes used by the container on this filesystem.",
-        extra: Extra::Device,
+        help: "Number of inodes of this filesystem.",
+        labels: Labels::Device,
+    },
+    Desc {
+        name: "container_fs_inodes_free",
+        help: "Number of available inodes of this filesystem.",
+        labels: Labels::Device,
+    },
+    Desc {
+        name: "container_fs_reads_bytes_total",
+        help: "Cumulative count of bytes read.",
+        labels: Labels::Device,
+    },
+    Desc {
+        name: "container_fs_writes_bytes_total",
+        help: "Cumulative count of bytes written.",
+        labels: Labels::Device,
+    },
+    Desc {
+        name: "container_fs_reads_total",
+        help: "Cumulative count of reads completed.",
+        labels: Labels::Device,
+    },
+    Desc {
+        name: "container_fs_writes_total",
+        help: "Cumulative count of writes completed.",
+        labels: Labels::Device,
+    },
+    Desc {
+        name: "container_blkio_device_usage_total",
+        help: "Blkio device bytes usage (read and write).",
+        labels: Labels::Device,
     },
     Desc {
         name: "container_network_receive_bytes_total",
         help: "Cumulative count of bytes received.",
-        extra: Extra::Interface,
+        labels: Labels::Interface,
+    },
+    Desc {
+        name: "container_network_receive_packets_total",
+        help: "Cumulative count of packets received.",
+        labels: Labels::Interface,
+    },
+    Desc {
+        name: "container_network_receive_packets_dropped_total",
+        help: "Cumulative count of packets dropped while receiving.",
+        labels: Labels::Interface,
     },
     Desc {
         name: "container_network_receive_errors_total",
         help: "Cumulative count of errors encountered while receiving.",
-        extra: Extra::Interface,
+        labels: Labels::Interface,
     },
     Desc {
         name: "container_network_transmit_bytes_total",
         help: "Cumulative count of bytes transmitted.",
-        extra: Extra::Interface,
+        labels: Labels::Interface,
+    },
+    Desc {
+        name: "container_network_transmit_packets_total",
+        help: "Cumulative count of packets transmitted.",
+        labels: Labels::Interface,
+    },
+    Desc {
+        name: "container_network_transmit_packets_dropped_total",
+        help: "Cumulative count of packets dropped while transmitting.",
+        labels: Labels::Interface,
     },
     Desc {
         name: "container_network_transmit_errors_total",
         help: "Cumulative count of errors encountered while transmitting.",
-        extra: Extra::Interface,
+        labels: Labels::Interface,
     },
 ];
 
@@ -124,10 +265,10 @@ pub fn descriptors() -> Vec<cri::MetricDescriptor> {
         .iter()
         .map(|d| {
             let mut keys: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
-            match d.extra {
-                Extra::None => {}
-                Extra::Interface => keys.push("interface".into()),
-                Extra::Device => keys.push("device".into()),
+            match d.labels {
+                Labels::None => {}
+                Labels::Interface => keys.push("interface".into()),
+                Labels::Device => keys.push("device".into()),
             }
             cri::MetricDescriptor {
                 name: d.name.into(),
@@ -145,6 +286,10 @@ pub struct ContainerFacts {
     pub image: String,
     pub started_at_ns: i64,
     pub resources: Option<LinuxContainerResources>,
+    /// What cAdvisor reads beyond the CRI stats (cgroups and /proc of its processes).
+    pub extra: Extra,
+    /// The filesystem of its writable layer.
+    pub fs: Option<FsInfo>,
 }
 
 /// Collects metrics of one object (a container, or the pod itself).
@@ -175,10 +320,13 @@ fn val(v: &Option<cri::UInt64Value>) -> Option<u64> {
     v.as_ref().map(|v| v.value)
 }
 
-/// The metrics of one pod from its stats and the facts of its running containers.
+/// The metrics of one pod from its stats, its network interfaces and the facts of its
+/// running containers. Every described metric is reported for every container (the kubelet
+/// and critest expect each descriptor to have values), from the readings that exist.
 pub fn pod_metrics(
     stats: &cri::PodSandboxStats,
     pod_name: &str,
+    net: &[NetDev],
     containers: &[ContainerFacts],
     now_ns: i64,
 ) -> cri::PodSandboxMetrics {
@@ -194,34 +342,23 @@ pub fn pod_metrics(
         labels: vec![sandbox_id.clone(), pod_name.to_string(), String::new()],
         out: Vec::new(),
     };
-    if let Some(net) = &linux.network {
-        for i in &net.interfaces {
-            let name = Some(i.name.as_str());
-            pod.push(
-                "container_network_receive_bytes_total",
-                Counter,
-                name,
-                val(&i.rx_bytes),
-            );
-            pod.push(
-                "container_network_receive_errors_total",
-                Counter,
-                name,
-                val(&i.rx_errors),
-            );
-            pod.push(
-                "container_network_transmit_bytes_total",
-                Counter,
-                name,
-                val(&i.tx_bytes),
-            );
-            pod.push(
-                "container_network_transmit_errors_total",
-                Counter,
-                name,
-                val(&i.tx_errors),
-            );
-        }
+    for i in net {
+        let name = Some(i.name.as_str());
+        let mut c = |metric: &str, v: u64| pod.push(metric, Counter, name, Some(v));
+        c("container_network_receive_bytes_total", i.rx_bytes);
+        c("container_network_receive_packets_total", i.rx_packets);
+        c(
+            "container_network_receive_packets_dropped_total",
+            i.rx_dropped,
+        );
+        c("container_network_receive_errors_total", i.rx_errors);
+        c("container_network_transmit_bytes_total", i.tx_bytes);
+        c("container_network_transmit_packets_total", i.tx_packets);
+        c(
+            "container_network_transmit_packets_dropped_total",
+            i.tx_dropped,
+        );
+        c("container_network_transmit_errors_total", i.tx_errors);
     }
     if let Some(p) = &linux.process {
         pod.push("container_processes", Gauge, None, val(&p.process_count));
@@ -237,10 +374,43 @@ pub fn pod_metrics(
             labels: vec![facts.id.clone(), facts.name.clone(), facts.image.clone()],
             out: Vec::new(),
         };
+        let x = &facts.extra;
         if let Some(cpu) = &c.cpu {
             let secs = val(&cpu.usage_core_nano_seconds).map(|ns| ns / 1_000_000_000);
             e.push("container_cpu_usage_seconds_total", Counter, None, secs);
         }
+        e.push(
+            "container_cpu_user_seconds_total",
+            Counter,
+            None,
+            x.cpu_user_seconds,
+        );
+        e.push(
+            "container_cpu_system_seconds_total",
+            Counter,
+            None,
+            x.cpu_system_seconds,
+        );
+        e.push(
+            "container_cpu_cfs_periods_total",
+            Counter,
+            None,
+            x.cfs_periods,
+        );
+        let throttled = x.cfs_throttled_periods;
+        e.push(
+            "container_cpu_cfs_throttled_periods_total",
+            Counter,
+            None,
+            throttled,
+        );
+        let throttled_s = x.cfs_throttled_seconds;
+        e.push(
+            "container_cpu_cfs_throttled_seconds_total",
+            Counter,
+            None,
+            throttled_s,
+        );
         if let Some(m) = &c.memory {
             e.push(
                 "container_memory_usage_bytes",
@@ -254,7 +424,6 @@ pub fn pod_metrics(
                 None,
                 val(&m.working_set_bytes),
             );
-            e.push("container_memory_rss", Gauge, None, val(&m.rss_bytes));
             e.push(
                 "container_memory_failures_total",
                 Counter,
@@ -262,6 +431,38 @@ pub fn pod_metrics(
                 val(&m.page_faults),
             );
         }
+        e.push("container_memory_rss", Gauge, None, x.memory_rss);
+        e.push("container_memory_cache", Gauge, None, x.memory_cache);
+        e.push(
+            "container_memory_mapped_file",
+            Gauge,
+            None,
+            x.memory_mapped_file,
+        );
+        e.push("container_memory_swap", Gauge, None, x.memory_swap);
+        e.push(
+            "container_memory_kernel_usage",
+            Gauge,
+            None,
+            x.memory_kernel,
+        );
+        e.push("container_memory_failcnt", Counter, None, x.memory_failcnt);
+        e.push(
+            "container_memory_max_usage_bytes",
+            Gauge,
+            None,
+            x.memory_max_usage,
+        );
+        e.push("container_oom_events_total", Counter, None, x.oom_kills);
+        e.push("container_threads", Gauge, None, x.threads);
+        e.push("container_threads_max", Gauge, None, x.threads_max);
+        e.push(
+            "container_file_descriptors",
+            Gauge,
+            None,
+            x.file_descriptors,
+        );
+        e.push("container_sockets", Gauge, None, x.sockets);
         if let Some(fs) = &c.writable_layer {
             let device = fs.fs_id.as_ref().map(|f| f.mountpoint.as_str());
             e.push(
@@ -270,36 +471,49 @@ pub fn pod_metrics(
                 device,
                 val(&fs.used_bytes),
             );
+            if let Some(info) = facts.fs {
+                let cap = Some(info.capacity_bytes);
+                e.push("container_fs_limit_bytes", Gauge, device, cap);
+                e.push(
+                    "container_fs_inodes_total",
+                    Gauge,
+                    device,
+                    Some(info.inodes_total),
+                );
+                e.push(
+                    "container_fs_inodes_free",
+                    Gauge,
+                    device,
+                    Some(info.inodes_free),
+                );
+            }
             e.push(
-                "container_fs_inodes_total",
-                Gauge,
+                "container_fs_reads_bytes_total",
+                Counter,
                 device,
-                val(&fs.inodes_used),
+                x.io_read_bytes,
             );
+            e.push(
+                "container_fs_writes_bytes_total",
+                Counter,
+                device,
+                x.io_write_bytes,
+            );
+            e.push("container_fs_reads_total", Counter, device, x.io_reads);
+            e.push("container_fs_writes_total", Counter, device, x.io_writes);
+            let io = x.io_read_bytes.zip(x.io_write_bytes).map(|(r, w)| r + w);
+            e.push("container_blkio_device_usage_total", Counter, device, io);
         }
-        if let Some(r) = &facts.resources {
-            let positive = |v: i64| (v > 0).then_some(v as u64);
-            e.push(
-                "container_spec_cpu_shares",
-                Gauge,
-                None,
-                positive(r.cpu_shares),
-            );
-            e.push(
-                "container_spec_cpu_quota",
-                Gauge,
-                None,
-                positive(r.cpu_quota),
-            );
-            e.push(
-                "container_spec_cpu_period",
-                Gauge,
-                None,
-                positive(r.cpu_period),
-            );
-            let limit = positive(r.memory_limit_in_bytes);
-            e.push("container_spec_memory_limit_bytes", Gauge, None, limit);
-        }
+        // The spec figures are reported unset as 0, as cAdvisor does.
+        let r = facts.resources.clone().unwrap_or_default();
+        let spec = |v: i64| Some(v.max(0) as u64);
+        e.push("container_spec_cpu_shares", Gauge, None, spec(r.cpu_shares));
+        e.push("container_spec_cpu_quota", Gauge, None, spec(r.cpu_quota));
+        e.push("container_spec_cpu_period", Gauge, None, spec(r.cpu_period));
+        let mem = spec(r.memory_limit_in_bytes);
+        e.push("container_spec_memory_limit_bytes", Gauge, None, mem);
+        let swap = spec(r.memory_swap_limit_in_bytes);
+        e.push("container_spec_memory_swap_limit_bytes", Gauge, None, swap);
         let start = (facts.started_at_ns > 0).then_some(facts.started_at_ns as u64 / 1_000_000_000);
         e.push("container_start_time_seconds", Gauge, None, start);
         let seen = (now_ns > 0).then_some(now_ns as u64 / 1_000_000_000);
@@ -359,6 +573,7 @@ mod tests {
                     memory: Some(cri::MemoryUsage {
                         working_set_bytes: u(4096),
                         usage_bytes: u(8192),
+                        page_faults: u(7),
                         ..Default::default()
                     }),
                     writable_layer: Some(cri::FilesystemUsage {
@@ -383,10 +598,18 @@ mod tests {
             .unwrap_or_else(|| panic!("{name} missing"))
     }
 
-    #[test]
-    fn every_metric_matches_its_descriptor() {
-        let descs = descriptors();
-        let facts = vec![ContainerFacts {
+    fn net() -> Vec<NetDev> {
+        vec![NetDev {
+            name: "eth0".into(),
+            rx_bytes: 500,
+            rx_packets: 5,
+            rx_errors: 1,
+            ..Default::default()
+        }]
+    }
+
+    fn facts() -> Vec<ContainerFacts> {
+        vec![ContainerFacts {
             id: "c1".into(),
             name: "web".into(),
             image: "busybox:1".into(),
@@ -398,22 +621,58 @@ mod tests {
                 memory_limit_in_bytes: 1 << 20,
                 ..Default::default()
             }),
-        }];
-        let m = pod_metrics(&stats(), "pod-a", &facts, 9_500_000_000);
+            extra: Extra {
+                cpu_user_seconds: Some(1),
+                cpu_system_seconds: Some(1),
+                cfs_periods: Some(1),
+                cfs_throttled_periods: Some(0),
+                cfs_throttled_seconds: Some(0),
+                memory_cache: Some(1),
+                memory_rss: Some(2),
+                memory_mapped_file: Some(3),
+                memory_swap: Some(0),
+                memory_kernel: Some(4),
+                memory_failcnt: Some(0),
+                memory_max_usage: Some(9),
+                oom_kills: Some(0),
+                io_read_bytes: Some(10),
+                io_write_bytes: Some(20),
+                io_reads: Some(1),
+                io_writes: Some(2),
+                threads: Some(2),
+                threads_max: Some(0),
+                file_descriptors: Some(5),
+                sockets: Some(1),
+            },
+            fs: Some(FsInfo {
+                capacity_bytes: 1 << 30,
+                inodes_total: 1000,
+                inodes_free: 900,
+            }),
+        }]
+    }
+
+    #[test]
+    fn every_descriptor_has_values_with_its_label_keys() {
+        let descs = descriptors();
+        let m = pod_metrics(&stats(), "pod-a", &net(), &facts(), 9_500_000_000);
         assert_eq!(m.pod_sandbox_id, "sb1");
         let all: Vec<&cri::Metric> = m
             .metrics
             .iter()
             .chain(m.container_metrics.iter().flat_map(|c| c.metrics.iter()))
             .collect();
+        // With every reading present, every descriptor is reported (as critest checks).
+        for d in &descs {
+            let found: Vec<&&cri::Metric> = all.iter().filter(|m| m.name == d.name).collect();
+            assert!(!found.is_empty(), "no value for {}", d.name);
+            for metric in found {
+                assert_eq!(d.label_keys.len(), metric.label_values.len(), "{}", d.name);
+            }
+        }
         for metric in &all {
-            let d = descs
-                .iter()
-                .find(|d| d.name == metric.name)
-                .unwrap_or_else(|| panic!("no descriptor for {}", metric.name));
-            assert_eq!(
-                d.label_keys.len(),
-                metric.label_values.len(),
+            assert!(
+                descs.iter().any(|d| d.name == metric.name),
                 "{}",
                 metric.name
             );
@@ -423,6 +682,8 @@ mod tests {
         assert_eq!(rx.label_values, ["sb1", "pod-a", "", "eth0"]);
         assert_eq!(rx.value.as_ref().unwrap().value, 500);
         assert_eq!(rx.metric_type, cri::MetricType::Counter as i32);
+        let packets = find(&m.metrics, "container_network_receive_packets_total");
+        assert_eq!(packets.value.as_ref().unwrap().value, 5);
         assert_eq!(
             find(&m.metrics, "container_processes")
                 .value
@@ -443,6 +704,14 @@ mod tests {
         let fs = find(c, "container_fs_usage_bytes");
         assert_eq!(fs.label_values[3], "/var/lib/peapod/image/containers");
         assert_eq!(
+            find(c, "container_fs_inodes_free")
+                .value
+                .as_ref()
+                .unwrap()
+                .value,
+            900
+        );
+        assert_eq!(
             find(c, "container_spec_cpu_quota")
                 .value
                 .as_ref()
@@ -450,6 +719,8 @@ mod tests {
                 .value,
             50_000
         );
+        let swap = find(c, "container_spec_memory_swap_limit_bytes");
+        assert_eq!(swap.value.as_ref().unwrap().value, 0);
         assert_eq!(
             find(c, "container_start_time_seconds")
                 .value
@@ -459,13 +730,33 @@ mod tests {
             7
         );
         assert_eq!(find(c, "container_last_seen").timestamp, 9_500_000_000);
-        // Nothing read, nothing reported (no rss in the stats).
-        assert!(c.iter().all(|m| m.name != "container_memory_rss"));
+        let io = find(c, "container_blkio_device_usage_total");
+        assert_eq!(io.value.as_ref().unwrap().value, 30);
+    }
+
+    #[test]
+    fn readings_that_are_missing_are_not_reported() {
+        let mut f = facts();
+        f[0].extra = Extra::default();
+        f[0].fs = None;
+        let m = pod_metrics(&stats(), "pod-a", &[], &f, 1);
+        let c = &m.container_metrics[0].metrics;
+        for gone in [
+            "container_memory_rss",
+            "container_threads",
+            "container_fs_limit_bytes",
+        ] {
+            assert!(c.iter().all(|m| m.name != gone), "{gone}");
+        }
+        assert!(m
+            .metrics
+            .iter()
+            .all(|m| !m.name.starts_with("container_network")));
     }
 
     #[test]
     fn containers_without_facts_are_left_out() {
-        let m = pod_metrics(&stats(), "pod-a", &[], 1);
+        let m = pod_metrics(&stats(), "pod-a", &net(), &[], 1);
         assert!(m.container_metrics.is_empty());
         assert!(!m.metrics.is_empty());
     }

@@ -5,6 +5,7 @@
 //! `/proc/<pid>/net/dev` (the pod's netns). `usage_nano_cores` is the rate between this
 //! sample and the previous one of the same object, as containerd computes it.
 
+pub mod cadvisor;
 pub mod cgroup;
 pub mod cri_metrics;
 #[cfg(test)]
@@ -322,28 +323,51 @@ impl StatsService {
             ..Default::default()
         };
         let mut out = Vec::new();
+        // Where ImageFsInfo reports the container filesystem (the writable layers).
+        let layers_dir = self.images.root().join("containers");
         for sb in self.sandboxes.list(Some(&list_filter)) {
             let stats = self.pod_stats_of(&sb).await;
-            let facts: Vec<cri_metrics::ContainerFacts> = self
+            let running: Vec<ContainerRecord> = self
                 .containers
                 .records()
                 .of_sandbox(&sb.id)
                 .into_iter()
                 .map(|c| c.get())
                 .filter(|rec| rec.state == ContainerState::Running)
-                .map(|rec| cri_metrics::ContainerFacts {
-                    name: rec
-                        .config
-                        .metadata
-                        .as_ref()
-                        .map(|m| m.name.clone())
-                        .unwrap_or_default(),
-                    image: rec.image_name.clone(),
-                    started_at_ns: rec.started_at_ns,
-                    resources: rec.resources.clone(),
-                    id: rec.id,
-                })
                 .collect();
+            let pause_pid = (sb.netns.is_some()).then_some(sb.pause_pid);
+            let dir = layers_dir.clone();
+            // /proc, cgroup files and statvfs: blocking reads, off the async workers.
+            let read = tokio::task::spawn_blocking(move || {
+                let root = Path::new(CGROUP_ROOT);
+                let fs = cadvisor::fs_info(&dir);
+                let facts: Vec<cri_metrics::ContainerFacts> = running
+                    .into_iter()
+                    .map(|rec| cri_metrics::ContainerFacts {
+                        name: rec
+                            .config
+                            .metadata
+                            .as_ref()
+                            .map(|m| m.name.clone())
+                            .unwrap_or_default(),
+                        image: rec.image_name.clone(),
+                        started_at_ns: rec.started_at_ns,
+                        resources: rec.resources.clone(),
+                        extra: cadvisor::read_container(root, rec.pid),
+                        fs,
+                        id: rec.id,
+                    })
+                    .collect();
+                let net = pause_pid
+                    .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/net/dev")).ok())
+                    .map(|text| cadvisor::parse_net_dev(&text))
+                    .unwrap_or_default();
+                (facts, net)
+            })
+            .await;
+            let Ok((facts, net)) = read else {
+                continue;
+            };
             let pod_name = sb
                 .config
                 .metadata
@@ -353,6 +377,7 @@ impl StatsService {
             out.push(cri_metrics::pod_metrics(
                 &stats,
                 pod_name,
+                &net,
                 &facts,
                 timefmt::now_ns(),
             ));
