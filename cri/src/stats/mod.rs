@@ -53,28 +53,18 @@ fn u64v(v: Option<u64>) -> Option<cri::UInt64Value> {
     v.map(|value| cri::UInt64Value { value })
 }
 
-/// The interfaces of a network namespace, from `/proc/<pid>/net/dev` text.
+/// The interfaces of a network namespace but loopback, from `/proc/<pid>/net/dev` text, as
+/// the CRI stats messages carry them.
 pub fn parse_net_dev(text: &str) -> Vec<cri::NetworkInterfaceUsage> {
-    text.lines()
-        .skip(2)
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let f: Vec<u64> = rest
-                .split_whitespace()
-                .filter_map(|n| n.parse().ok())
-                .collect();
-            if f.len() < 16 {
-                return None;
-            }
-            Some(cri::NetworkInterfaceUsage {
-                name: name.trim().to_string(),
-                rx_bytes: u64v(Some(f[0])),
-                rx_errors: u64v(Some(f[2])),
-                tx_bytes: u64v(Some(f[8])),
-                tx_errors: u64v(Some(f[10])),
-            })
+    cadvisor::parse_net_dev(text)
+        .into_iter()
+        .map(|i| cri::NetworkInterfaceUsage {
+            name: i.name,
+            rx_bytes: u64v(Some(i.rx_bytes)),
+            rx_errors: u64v(Some(i.rx_errors)),
+            tx_bytes: u64v(Some(i.tx_bytes)),
+            tx_errors: u64v(Some(i.tx_errors)),
         })
-        .filter(|i| i.name != "lo")
         .collect()
 }
 
