@@ -243,7 +243,13 @@ impl ContainerService {
             resources: config.linux.as_ref().and_then(|l| l.resources.clone()),
             uid: user.uid,
             gid: user.gid,
-            supplemental_groups: user.additional_gids.clone(),
+            // What the process really gets (primary gid, image memberships unless the Strict
+            // policy, the CRI supplemental groups), as ContainerStatus.user must report it.
+            supplemental_groups: spec
+                .process()
+                .as_ref()
+                .and_then(|p| p.user().additional_gids().clone())
+                .unwrap_or_else(|| user.additional_gids.clone()),
             image_volumes: made.image_volumes.clone(),
             config,
         };

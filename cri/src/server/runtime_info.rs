@@ -59,8 +59,9 @@ pub fn status(daemon: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusRes
                 user_namespaces: false,
             }),
         }],
+        // peapod-spec applies Merge and Strict, and ContainerStatus reports the user.
         features: Some(cri::RuntimeFeatures {
-            supplemental_groups_policy: false,
+            supplemental_groups_policy: true,
         }),
     })
 }
