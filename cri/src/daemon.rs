@@ -29,6 +29,9 @@ pub struct Effects {
     pub images: Arc<dyn Images>,
     /// What the stats read about processes (cgroups, /proc).
     pub process_stats: Arc<dyn ProcessStats>,
+    /// Whether the OCI runtime CLI knows recursive read-only mounts ("rro" in `<runtime>
+    /// features`); the kernel check is peapod-spec's.
+    pub runtime_rro: bool,
 }
 
 pub struct Daemon {
@@ -67,6 +70,20 @@ fn prepare_dirs(config: &Config) -> Result<()> {
     Ok(())
 }
 
+/// Asks the OCI runtime (`<runtime> features`, runc >= 1.1) whether it knows "rro"; a runtime
+/// without the subcommand, or none at all, does not.
+async fn runtime_supports_rro(runtime: &str) -> bool {
+    let out = tokio::process::Command::new(runtime)
+        .arg("features")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match tokio::time::timeout(std::time::Duration::from_secs(10), out).await {
+        Ok(Ok(o)) if o.status.success() => peapod_spec::runtime_supports_rro(&o.stdout),
+        _ => false,
+    }
+}
+
 impl Daemon {
     /// Prepares the directories, opens the image store and loads the persisted records.
     pub async fn new(config: Config) -> Result<Arc<Daemon>> {
@@ -96,6 +113,7 @@ impl Daemon {
             host: Arc::new(RealHostOps),
             images: images.clone(),
             process_stats: Arc::new(HostProcessStats),
+            runtime_rro: runtime_supports_rro(&config.runtime.path).await,
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
         daemon.resume();
@@ -140,6 +158,7 @@ impl Daemon {
             events: events.clone(),
             paths: paths.clone(),
             cgroup_driver: config.cgroup.driver,
+            runtime_rro: effects.runtime_rro,
         }));
         let sandboxes = Arc::new(SandboxService::new(SandboxDeps {
             sandboxes: sandbox_records,

@@ -824,17 +824,51 @@ async fn mounts_and_devices_as_the_cri_asks() {
     );
     assert!(missing.join("x").exists());
 
-    // Recursive read-only needs runtime support ("rro"); runc 1.1 has none: refused, and the
-    // CRI's own rule (readonly must be set too) is checked as well.
-    for (readonly, want) in [(true, "recursive"), (false, "readonly")] {
-        let mut rro = sh("rro", &image, "true");
-        let mut m = mount(&data, "/rro", readonly);
-        m.recursive_read_only = true;
-        rro.mounts = vec![m];
-        let err = d.create(&pod, rro).await.unwrap_err();
-        assert_eq!(err.code(), Code::InvalidArgument, "{err}");
-        assert!(err.message().contains(want), "{err}");
-    }
+    // Recursive read-only ("rro": kernel >= 5.12 and `runc features` lists it, as Debian's
+    // runc 1.1.5 does): a mount below the host path is read-only too, where a plain
+    // read-only bind leaves it writable. RuntimeStatus advertises it.
+    let status = d
+        .cri
+        .runtime
+        .status(cri::StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(status.runtime_handlers[0]
+        .features
+        .as_ref()
+        .is_some_and(|f| f.recursive_read_only_mounts));
+    let tree = d.dir.join("rro-tree");
+    std::fs::create_dir_all(tree.join("sub")).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &tree.join("sub"),
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .expect("mount a tmpfs below the host path");
+    let mut rro = sh(
+        "rro",
+        &image,
+        "touch /plain/sub/x && echo plain-sub-writable; touch /rro/sub/y 2>/dev/null || echo rro-sub-readonly",
+    );
+    let mut recursive = mount(&tree, "/rro", true);
+    recursive.recursive_read_only = true;
+    rro.mounts = vec![mount(&tree, "/plain", true), recursive];
+    let id = d.run_container(&pod, rro).await;
+    let st = d.wait_exited(&id, WAIT).await;
+    let out = stdout_text(&read_log(std::path::Path::new(&st.log_path)));
+    nix::mount::umount2(&tree.join("sub"), nix::mount::MntFlags::MNT_DETACH).unwrap();
+    assert_eq!(out, "plain-sub-writable\nrro-sub-readonly\n", "{st:?}");
+    // The CRI's own rule: recursive_read_only needs readonly.
+    let mut bad = sh("rro-rw", &image, "true");
+    let mut m = mount(&data, "/rro", false);
+    m.recursive_read_only = true;
+    bad.mounts = vec![m];
+    let err = d.create(&pod, bad).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("readonly"), "{err}");
     d.remove_pod(&pod).await;
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }

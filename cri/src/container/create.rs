@@ -191,7 +191,7 @@ impl ContainerService {
 
         let target_pid = self.target_pid(&config, srec)?;
         let cgroups_path = cgroups::cgroups_path(self.cgroup_driver, &srec.cgroup_parent, id);
-        let host = host_facts();
+        let host = host_facts(self.runtime_rro);
         let spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
             id,
             config: &spec_config,

@@ -43,6 +43,8 @@ pub struct ContainerService {
     events: Arc<Events>,
     paths: Paths,
     cgroup_driver: CgroupDriver,
+    /// The OCI runtime knows recursive read-only mounts.
+    runtime_rro: bool,
     /// Each container's process spec, for exec.
     processes: process::Processes,
 }
@@ -56,6 +58,7 @@ pub struct ContainerDeps {
     pub events: Arc<Events>,
     pub paths: Paths,
     pub cgroup_driver: CgroupDriver,
+    pub runtime_rro: bool,
 }
 
 impl ContainerService {
@@ -68,6 +71,7 @@ impl ContainerService {
             events: d.events,
             paths: d.paths,
             cgroup_driver: d.cgroup_driver,
+            runtime_rro: d.runtime_rro,
             processes: Default::default(),
         }
     }
@@ -78,14 +82,23 @@ impl ContainerService {
     }
 }
 
-/// What the spec generation needs to know about this host (detected once).
-pub fn host_facts() -> peapod_spec::HostFacts {
+/// What the spec generation needs to know about this host (detected once), with recursive
+/// read-only mounts only when the OCI runtime knows them too.
+pub fn host_facts(runtime_rro: bool) -> peapod_spec::HostFacts {
     static FACTS: std::sync::OnceLock<peapod_spec::HostFacts> = std::sync::OnceLock::new();
     let mut facts = FACTS
-        .get_or_init(|| peapod_spec::HostFacts::detect(false))
+        .get_or_init(|| peapod_spec::HostFacts::detect(true))
         .clone();
+    facts.rro_supported &= runtime_rro;
     facts.oom_score_adj_floor = crate::oom_score::floor();
     facts
+}
+
+impl ContainerService {
+    /// Whether recursive read-only mounts work here (RuntimeStatus advertises it).
+    pub fn rro_supported(&self) -> bool {
+        host_facts(self.runtime_rro).rro_supported
+    }
 }
 
 /// `<container>_<pod>_<namespace>_<pod uid>_<attempt>`, as the kubelet builds container names.

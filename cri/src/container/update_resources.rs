@@ -18,7 +18,8 @@ impl ContainerService {
         if !matches!(rec.state, ContainerState::Created | ContainerState::Running) {
             return Err(not_running(&rec, "update its resources"));
         }
-        let linux = peapod_spec::linux_resources(&resources, &host_facts()).map_err(Error::from)?;
+        let linux = peapod_spec::linux_resources(&resources, &host_facts(self.runtime_rro))
+            .map_err(Error::from)?;
         let json = serde_json::to_vec(&linux).map_err(|e| Error::internal(e.to_string()))?;
         self.shims
             .get(&rec.sandbox_id)

@@ -55,7 +55,7 @@ pub fn status(daemon: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusRes
         runtime_handlers: vec![cri::RuntimeHandler {
             name: String::new(),
             features: Some(cri::RuntimeHandlerFeatures {
-                recursive_read_only_mounts: false,
+                recursive_read_only_mounts: daemon.containers.rro_supported(),
                 user_namespaces: false,
             }),
         }],

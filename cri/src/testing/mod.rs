@@ -84,6 +84,7 @@ impl Harness {
             host: host.clone(),
             images: images.clone(),
             process_stats: process_stats.clone(),
+            runtime_rro: false,
         };
         let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
         rt.resume();
