@@ -39,6 +39,10 @@ struct Held {
     /// The stdio paths of the init (empty key) and of each exec, as State reports them:
     /// containerd reattaches its readers to these FIFOs after it restarts.
     stdio: HashMap<String, Stdio>,
+    /// Read ends of each exec's stdout/stderr FIFOs, opened at Exec: containerd opens its own
+    /// readers asynchronously, so at Start the shim's non-blocking open of the write end could
+    /// otherwise find no reader (ENXIO). Dropped when the exec is deleted.
+    exec_fifo_readers: HashMap<String, Vec<OwnedFd>>,
 }
 
 /// The stdio paths (FIFOs or log URIs) containerd gave a process.
@@ -215,6 +219,7 @@ impl Task for ContainerdTask {
                         stderr: req.stderr.clone(),
                     },
                 )]),
+                exec_fifo_readers: HashMap::new(),
             },
         );
         let event = {
@@ -311,6 +316,7 @@ impl Task for ContainerdTask {
             self.events.publish(topics::TASK_DELETE_EVENT_TOPIC, &e);
         } else if let Some(held) = self.held().get_mut(&req.id) {
             held.stdio.remove(&req.exec_id);
+            held.exec_fifo_readers.remove(&req.exec_id);
         }
         Ok(resp)
     }
@@ -361,9 +367,14 @@ impl Task for ContainerdTask {
             stdout: req.stdout.clone(),
             stderr: req.stderr.clone(),
         };
+        let readers: Vec<OwnedFd> = [stdio.stdout.as_str(), stdio.stderr.as_str()]
+            .into_iter()
+            .filter_map(hold_fifo)
+            .collect();
         let resp = self.api.exec(ctx, req).await?;
         if let Some(held) = self.held().get_mut(&id) {
             held.stdio.insert(exec_id.clone(), stdio);
+            held.exec_fifo_readers.insert(exec_id.clone(), readers);
         }
         let mut e = ev::TaskExecAdded::new();
         e.container_id = id;
