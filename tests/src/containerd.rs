@@ -326,5 +326,20 @@ impl Drop for Containerd {
         host::unmount_all_under(self.dir.path());
         host::delete_link(&self.bridge);
         host::remove_cgroup_tree(&self.cgroup_parent);
+        // Containers made through containerd's own API (ctr, containerd-client) get the cgroup
+        // `/<namespace>/<id>`; runc removes `<id>`, the namespace's directory stays. Only an
+        // empty one goes (rmdir), so a concurrent test's containers are never touched.
+        let hierarchies = std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten();
+        for h in hierarchies.map(|e| e.path()) {
+            for ns in CGROUP_NAMESPACES {
+                let _ = std::fs::remove_dir(h.join(ns));
+            }
+        }
     }
 }
+
+/// The containerd namespaces the tests run containers in through containerd's own API.
+const CGROUP_NAMESPACES: [&str; 2] = ["peapod-ctr", "peapod-client"];
