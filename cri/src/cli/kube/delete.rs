@@ -1,7 +1,7 @@
 //! `peapod delete pod NAME... [--grace-period N] [--wait=true]` and `peapod delete -f FILE`:
 //! graceful deletion through the daemon, printing `pod "NAME" deleted`.
 
-use super::{check_resource, manifest, split_slash, Clients, KubeError, NamespaceArg};
+use super::{manifest, pod_names, Clients, KubeError, NamespaceArg};
 use peapod_proto::pods as api;
 
 #[derive(clap::Args, Debug)]
@@ -51,14 +51,7 @@ pub async fn run(c: &mut Clients, a: DeleteArgs) -> anyhow::Result<()> {
             )
             .into());
         };
-        let mut names = a.names.clone();
-        match split_slash(resource) {
-            Some((kind, name)) => {
-                check_resource(kind)?;
-                names.insert(0, name.to_string());
-            }
-            None => check_resource(resource)?,
-        }
+        let names = pod_names(resource, &a.names)?;
         if names.is_empty() {
             return Err(KubeError::Usage(
                 "resource(s) were provided, but no name was specified".into(),

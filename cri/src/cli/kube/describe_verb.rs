@@ -1,9 +1,7 @@
 //! `peapod describe pod [NAME...]`: fetches each pod and its events and prints
 //! [`describe::describe_pod`] of them.
 
-use super::{
-    check_resource, describe, parse_pod, split_slash, time, Clients, KubeError, NamespaceArg,
-};
+use super::{describe, parse_pod, pod_names, time, Clients, KubeError, NamespaceArg};
 
 /// `peapod describe pod NAME...` (all pods of the namespace without a name).
 #[derive(clap::Args, Debug)]
@@ -18,14 +16,7 @@ pub struct DescribeArgs {
 
 pub async fn run(c: &mut Clients, a: DescribeArgs) -> anyhow::Result<()> {
     use peapod_proto::pods as api;
-    let mut names = a.names.clone();
-    match split_slash(&a.resource) {
-        Some((kind, name)) => {
-            check_resource(kind)?;
-            names.insert(0, name.to_string());
-        }
-        None => check_resource(&a.resource)?,
-    }
+    let names = pod_names(&a.resource, &a.names)?;
     let pods: Vec<serde_json::Value> = if names.is_empty() {
         let list = c
             .pods

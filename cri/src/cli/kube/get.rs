@@ -1,8 +1,6 @@
 //! `peapod get pods [NAME...] [-o wide|json|yaml|name] [-A]`.
 
-use super::{
-    check_resource, parse_pod, split_slash, table, time, yaml, Clients, KubeError, NamespaceArg,
-};
+use super::{parse_pod, pod_names, table, time, yaml, Clients, KubeError, NamespaceArg};
 use peapod_proto::pods as api;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -49,14 +47,7 @@ fn as_list(pods: Vec<Value>) -> Value {
 }
 
 pub async fn run(c: &mut Clients, a: GetArgs) -> anyhow::Result<()> {
-    let mut names = a.names.clone();
-    match split_slash(&a.resource) {
-        Some((kind, name)) => {
-            check_resource(kind)?;
-            names.insert(0, name.to_string());
-        }
-        None => check_resource(&a.resource)?,
-    }
+    let names = pod_names(&a.resource, &a.names)?;
     let output = a.output.as_deref().unwrap_or("");
     if !matches!(output, "" | "wide" | "json" | "yaml" | "name") {
         return Err(KubeError::Usage(format!(

@@ -116,9 +116,18 @@ pub fn check_resource(resource: &str) -> Result<(), KubeError> {
     }
 }
 
-/// Splits `pod/NAME` (or `pods/NAME`) forms; a bare word is a resource type.
-pub fn split_slash(arg: &str) -> Option<(&str, &str)> {
-    arg.split_once('/')
+/// The pod names a verb was given: `RESOURCE NAME...` or `pod/NAME NAME...` (kubectl's
+/// forms), with the resource checked to be pods.
+pub fn pod_names(resource: &str, names: &[String]) -> Result<Vec<String>, KubeError> {
+    let mut out = names.to_vec();
+    match resource.split_once('/') {
+        Some((kind, name)) => {
+            check_resource(kind)?;
+            out.insert(0, name.to_string());
+        }
+        None => check_resource(resource)?,
+    }
+    Ok(out)
 }
 
 /// Parses a pod JSON string from the daemon.

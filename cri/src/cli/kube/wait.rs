@@ -1,6 +1,6 @@
 //! `peapod wait pod NAME --for condition=Ready[=false] | --for=delete [--timeout 30s]`.
 
-use super::{check_resource, parse_pod, split_slash, Clients, KubeError, NamespaceArg};
+use super::{parse_pod, pod_names, Clients, KubeError, NamespaceArg};
 use peapod_proto::pods as api;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -112,14 +112,7 @@ pub fn condition_met(pod: &Value, kind: &str, status: &str) -> bool {
 const POLL: Duration = Duration::from_millis(250);
 
 pub async fn run(c: &mut Clients, a: WaitArgs) -> anyhow::Result<()> {
-    let mut names = a.names.clone();
-    match split_slash(&a.resource) {
-        Some((kind, name)) => {
-            check_resource(kind)?;
-            names.insert(0, name.to_string());
-        }
-        None => check_resource(&a.resource)?,
-    }
+    let names = pod_names(&a.resource, &a.names)?;
     if names.is_empty() {
         return Err(KubeError::Usage("resource name may not be empty".into()).into());
     }
