@@ -15,6 +15,22 @@ use tokio::sync::{oneshot, Notify};
 use ttrpc::asynchronous::Server;
 
 /// Serves until Shutdown.
+/// Serves `services` over ttrpc on `socket` (a stale socket file is replaced); both faces
+/// of the shim (peapod's and containerd's) listen this way.
+pub async fn serve_ttrpc(
+    socket: &Path,
+    services: std::collections::HashMap<String, ttrpc::asynchronous::Service>,
+) -> Result<Server, String> {
+    let _ = std::fs::remove_file(socket);
+    let address = format!("unix://{}", socket.display());
+    let mut server = Server::new()
+        .bind(&address)
+        .map_err(|e| format!("bind {address}: {e}"))?
+        .register_service(services);
+    server.start().await.map_err(|e| format!("serve: {e}"))?;
+    Ok(server)
+}
+
 pub async fn run(args: Arc<Args>) -> Result<(), String> {
     let reaper = Reaper::start().map_err(|e| format!("cannot watch SIGCHLD: {e}"))?;
     std::fs::create_dir_all(&args.runtime_root)
@@ -36,13 +52,7 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
     let mut services = create_task(Arc::new(TaskApi(tasks.clone())));
     let (name, service) = extension::service(tasks);
     services.insert(name, service);
-    let _ = std::fs::remove_file(&args.socket);
-    let address = format!("unix://{}", args.socket.display());
-    let mut server = Server::new()
-        .bind(&address)
-        .map_err(|e| format!("bind {address}: {e}"))?
-        .register_service(services);
-    server.start().await.map_err(|e| format!("serve: {e}"))?;
+    let mut server = serve_ttrpc(&args.socket, services).await?;
     // Exit when asked to, or when SIGTERM arrives (containers keep running in that case: their
     // exits are then recorded by nobody, which is why the daemon only ever sends Shutdown).
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -17,7 +17,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
-use ttrpc::asynchronous::Server;
 
 const TASK_V3: &str = "containerd.task.v3.Task";
 const TASK_V2: &str = "containerd.task.v2.Task";
@@ -66,13 +65,7 @@ async fn run(flags: &Flags, socket: &Path) -> Result<(), String> {
     if let Some(service) = v2.remove(TASK_V3) {
         services.insert(TASK_V2.to_string(), service);
     }
-    let _ = std::fs::remove_file(socket);
-    let address = format!("unix://{}", socket.display());
-    let mut server = Server::new()
-        .bind(&address)
-        .map_err(|e| format!("bind {address}: {e}"))?
-        .register_service(services);
-    server.start().await.map_err(|e| format!("serve: {e}"))?;
+    let mut server = crate::server::serve_ttrpc(socket, services).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("watch SIGTERM: {e}"))?;
     tokio::select! {
