@@ -162,3 +162,34 @@ async fn metrics_count_the_calls_made_and_the_pods_that_exist() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[test]
+fn a_metrics_address_that_cannot_be_bound_stops_the_daemon_before_its_socket_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, state) = (dir.path().join("root"), dir.path().join("run"));
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "root = \"{}\"\nstate = \"{}\"\n[metrics]\naddress = \"not-an-address\"\n",
+            root.display(),
+            state.display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(e2e::daemon::bin_dir().join("peapod"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run peapod serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("listen for metrics on not-an-address"),
+        "{stderr}"
+    );
+    assert!(
+        !state.join("peapod.sock").exists(),
+        "a socket was left: {stderr}"
+    );
+}

@@ -147,23 +147,9 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
-    if let Some(dir) = socket.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    }
-    match std::fs::remove_file(socket) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("remove stale {}", socket.display())),
-    }
-    let listener = tokio::net::UnixListener::bind(socket)
-        .with_context(|| format!("listen on {}", socket.display()))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
-        .with_context(|| format!("chmod {}", socket.display()))?;
-    tracing::info!(socket = %socket.display(), "serving CRI");
-    // The pod supervisor (`peapod apply`) is a CRI client of this very socket.
+    // What can fail on configuration comes before the socket exists, so that a daemon that
+    // refuses to start leaves no socket behind.
     let pod_settings = rt.config.pods.settings(&rt.config.root)?;
-    let pod_cri = std::sync::Arc::new(peapod_pod::cri::TonicCri::new(socket));
-    let pods = peapod_pod::manager::Manager::start(pod_cri, pod_settings);
     // Prometheus metrics: every call is counted by the layer whether or not /metrics is
     // served, so that turning the listener on needs no other change.
     let metrics = peapod_metrics::Metrics::new().context("metrics")?;
@@ -178,6 +164,22 @@ pub async fn serve(
         tracing::info!(address = %addr, "serving metrics at /metrics");
         Some(task)
     };
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    match std::fs::remove_file(socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("remove stale {}", socket.display())),
+    }
+    let listener = tokio::net::UnixListener::bind(socket)
+        .with_context(|| format!("listen on {}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("chmod {}", socket.display()))?;
+    tracing::info!(socket = %socket.display(), "serving CRI");
+    // The pod supervisor (`peapod apply`) is a CRI client of this very socket.
+    let pod_cri = std::sync::Arc::new(peapod_pod::cri::TonicCri::new(socket));
+    let pods = peapod_pod::manager::Manager::start(pod_cri, pod_settings);
     let cri = CriService::new(rt, metrics.clone());
     // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
     let incoming = peapod_uds::incoming(listener);
