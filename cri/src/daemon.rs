@@ -88,15 +88,7 @@ impl Daemon {
     /// Prepares the directories, opens the image store and loads the persisted records.
     pub async fn new(config: Config) -> Result<Arc<Daemon>> {
         prepare_dirs(&config)?;
-        let registry = peapod_image::RegistryConfig {
-            insecure: config.registry.insecure.clone(),
-            mirrors: config
-                .registry
-                .mirrors
-                .iter()
-                .map(|(host, m)| (host.clone(), m.endpoints.clone()))
-                .collect(),
-        };
+        let registry = config.registry.to_store();
         let images = peapod_image::Store::open(&config.root.join("image"), registry).await?;
         let network = Arc::new(Network::new(
             &config.cni,

@@ -182,10 +182,11 @@ impl Store {
         let (lock_file, inner) = tokio::task::spawn_blocking(move || Self::open_blocking(&r2))
             .await
             .map_err(join_err)??;
+        let client = registry::build_client(cfg.idle_timeout)?;
         let store = Arc::new(Store {
             root,
             cfg,
-            client: registry::build_client()?,
+            client,
             limits: Limits::default(),
             inner: Mutex::new(inner),
             persist_lock: tokio::sync::Mutex::new(()),
