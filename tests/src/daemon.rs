@@ -173,6 +173,24 @@ impl TestDaemon {
         }
     }
 
+    /// Sends SIGTERM and waits up to `bound` for the daemon to exit: its exit status, or None
+    /// when it was still running then (it is killed, so the test can go on).
+    pub fn terminate(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
     /// Everything of this daemon's pods that is still on the machine; empty when clean.
     pub fn leftovers(&self) -> Vec<String> {
         let mut out = Vec::new();
