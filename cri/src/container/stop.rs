@@ -22,10 +22,12 @@ impl ContainerService {
 
     pub(super) async fn stop_locked(&self, c: &Container, grace: Duration) -> Result<()> {
         let rec = c.get();
-        if rec.state != ContainerState::Running {
-            return Ok(());
+        match rec.state {
+            ContainerState::Running => self.kill_and_wait(c, rec.stop_signal, grace).await,
+            // Its shim is gone: only the OCI runtime can still kill it.
+            ContainerState::Unknown => self.reap_lost(c).await,
+            ContainerState::Created | ContainerState::Exited => Ok(()),
         }
-        self.kill_and_wait(c, rec.stop_signal, grace).await
     }
 
     /// Sends `signal`, waits up to `grace`, then SIGKILLs everything in the container.

@@ -4,6 +4,8 @@
 //! containers, `spec` writes the pause's runtime spec, `pause_image` picks its image.
 
 #[cfg(test)]
+mod dead_shim_tests;
+#[cfg(test)]
 mod lifecycle_tests;
 mod list;
 mod pause_image;

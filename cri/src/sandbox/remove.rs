@@ -43,6 +43,12 @@ impl SandboxService {
         if let Some(shim) = self.live_shim(sandbox).await {
             shim.delete(&sandbox.id, "").await.optional()?;
             shim.shutdown_and_wait().await?;
+        } else {
+            // No shim (it died, or never started): the OCI runtime's state of the pause and
+            // the shim's socket would outlive it.
+            self.shims
+                .reap_orphans(std::slice::from_ref(&sandbox.id))
+                .await?;
         }
         self.shims.forget(&sandbox.id);
         if rec.rootfs_mounted {

@@ -128,7 +128,7 @@ impl SandboxService {
         match self.create_sandbox(&sandbox, net).await {
             Ok(()) => {
                 self.sandboxes.write().insert(sandbox.clone());
-                self.watch_pause(sandbox);
+                self.watch(sandbox);
                 self.events
                     .emit(&id, &id, ContainerEventType::ContainerCreatedEvent);
                 self.events

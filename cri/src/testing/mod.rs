@@ -314,6 +314,11 @@ impl Harness {
         );
         assert_eq!(self.host.mounts(), BTreeSet::new(), "mounts left");
         assert_eq!(
+            self.shims.orphans(),
+            BTreeSet::new(),
+            "containers of a dead shim never killed"
+        );
+        assert_eq!(
             self.images.rootfs_owners(),
             BTreeSet::new(),
             "root filesystems left"
