@@ -50,8 +50,13 @@ default_bridge = "peapod0"
 default_subnet = "10.88.0.0/16"
 
 [registry]
-# host[:port] spoken to over plain HTTP (localhost and 127.0.0.1 always are).
+# host[:port] spoken to over plain HTTP (localhost and loopback IPs, 127.0.0.0/8 and ::1,
+# always are; a host name that merely starts with "127." is not).
 insecure = []
+# The longest a whole pull may take; 0: no overall bound.
+pull_timeout_seconds = 1800
+# The longest a registry may send nothing while a pull waits for it.
+idle_timeout_seconds = 120
 
 # Mirrors per registry host, tried in order before the registry itself, e.g.
 # [registry.mirrors."registry.k8s.io"]
@@ -149,11 +154,42 @@ pub struct Mirror {
     pub endpoints: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RegistryConfig {
     pub insecure: Vec<String>,
+    pub pull_timeout_seconds: u64,
+    pub idle_timeout_seconds: u64,
     pub mirrors: BTreeMap<String, Mirror>,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            insecure: Vec::new(),
+            pull_timeout_seconds: 1800,
+            idle_timeout_seconds: 120,
+            mirrors: BTreeMap::new(),
+        }
+    }
+}
+
+impl RegistryConfig {
+    /// The image store's view of `[registry]`.
+    pub fn to_store(&self) -> peapod_image::RegistryConfig {
+        use std::time::Duration;
+        peapod_image::RegistryConfig {
+            insecure: self.insecure.clone(),
+            mirrors: self
+                .mirrors
+                .iter()
+                .map(|(host, m)| (host.clone(), m.endpoints.clone()))
+                .collect(),
+            pull_timeout: (self.pull_timeout_seconds > 0)
+                .then(|| Duration::from_secs(self.pull_timeout_seconds)),
+            idle_timeout: Duration::from_secs(self.idle_timeout_seconds),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -375,6 +411,11 @@ impl Config {
         if !self.pods.cgroup_parent.starts_with('/') {
             return Err(ConfigError::Invalid(
                 "pods.cgroup_parent must be an absolute cgroup path".into(),
+            ));
+        }
+        if self.registry.idle_timeout_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "registry.idle_timeout_seconds must be at least 1".into(),
             ));
         }
         if !self.cgroup.default_parent.starts_with('/') {

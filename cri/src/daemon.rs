@@ -58,13 +58,18 @@ fn mkdir(path: &Path, mode: u32) -> Result<()> {
 }
 
 /// The daemon's directories under its root (persistent) and state (runtime) directories.
+///
+/// Modes are set, not left to the umask, so that directories an older version made are closed
+/// too. `image/` (layers with setuid binaries and device nodes, upper directories) is 0700; the
+/// per-object directories below `containers/` and `sandboxes/` (bundles, whose `rootfs` is the
+/// container's mounted root filesystem) are made under the daemon's umask (0o077), so 0700.
 fn prepare_dirs(config: &Config) -> Result<()> {
     mkdir(&config.root, 0o711)?;
     mkdir(&config.state, 0o711)?;
-    for dir in ["sandboxes", "containers"] {
+    for dir in ["sandboxes", "containers", "image"] {
         mkdir(&config.root.join(dir), 0o700)?;
     }
-    for dir in ["sandboxes", "netns", "s", "runc"] {
+    for dir in ["sandboxes", "containers", "netns", "s", "runc"] {
         mkdir(&config.state.join(dir), 0o711)?;
     }
     Ok(())
@@ -88,15 +93,7 @@ impl Daemon {
     /// Prepares the directories, opens the image store and loads the persisted records.
     pub async fn new(config: Config) -> Result<Arc<Daemon>> {
         prepare_dirs(&config)?;
-        let registry = peapod_image::RegistryConfig {
-            insecure: config.registry.insecure.clone(),
-            mirrors: config
-                .registry
-                .mirrors
-                .iter()
-                .map(|(host, m)| (host.clone(), m.endpoints.clone()))
-                .collect(),
-        };
+        let registry = config.registry.to_store();
         let images = peapod_image::Store::open(&config.root.join("image"), registry).await?;
         let network = Arc::new(Network::new(
             &config.cni,

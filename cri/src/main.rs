@@ -225,6 +225,11 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve(args) => {
+            // Before any file is made: everything the daemon creates (records, bundles, layers,
+            // upper directories, sockets) is the owner's alone unless it sets a mode itself —
+            // the few files containers must read (hosts, resolv.conf, the pause rootfs, layer
+            // roots) do.
+            nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()

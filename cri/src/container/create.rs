@@ -171,10 +171,7 @@ impl ContainerService {
             .prepare_image_volumes(id, &bundle, &mut config, &mut made.image_volumes)
             .await?;
 
-        let passwd = peapod_host::rootfs::read_account_file(&rootfs, "etc/passwd")
-            .map_err(|e| Error::io("read the image's /etc/passwd", e))?;
-        let group = peapod_host::rootfs::read_account_file(&rootfs, "etc/group")
-            .map_err(|e| Error::io("read the image's /etc/group", e))?;
+        let (passwd, group) = crate::host_ops::read_image_accounts(&rootfs).await?;
         let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())
             .map_err(Error::from)?;
 
