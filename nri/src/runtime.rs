@@ -337,6 +337,18 @@ impl Runtime {
         }
     }
 
+    fn spawn_updates(&self, updates: Vec<ContainerUpdate>) {
+        let updater = self.updater.lock().ok().and_then(|u| u.clone());
+        if let Some(u) = updater {
+            tokio::spawn(async move {
+                let failed = u.update(updates).await;
+                if !failed.is_empty() {
+                    tracing::warn!(failed = failed.len(), "NRI container updates failed");
+                }
+            });
+        }
+    }
+
     /// What a daemon that restarted knew: pods (with whether they are stopped) and
     /// containers, so that plugins connecting later are synchronised with them.
     pub async fn restore(&self, pods: Vec<(PodSandbox, bool)>, containers: Vec<Container>) {
@@ -520,15 +532,23 @@ impl Runtime {
         Ok(())
     }
 
-    /// StopPodSandbox, once per pod.
+    /// StopPodSandbox, once per pod; its containers that plugins do not know stopped yet get
+    /// StopContainer first.
     pub async fn stop_pod_sandbox(&self, pod_id: &str) {
         let mut st = self.state.lock().await;
+        self.stop_pod_locked(&mut st, pod_id).await;
+    }
+
+    async fn stop_pod_locked(&self, st: &mut State, pod_id: &str) {
+        if st.pods.get(pod_id).is_none_or(|p| p.stopped) {
+            return;
+        }
+        for id in containers_of(st, pod_id) {
+            self.stop_container_locked(st, &id, 0, 0).await;
+        }
         let Some(entry) = st.pods.get_mut(pod_id) else {
             return;
         };
-        if entry.stopped {
-            return;
-        }
         entry.stopped = true;
         let pod = entry.pod.clone();
         let req = StopPodSandboxRequest {
@@ -538,14 +558,20 @@ impl Runtime {
         self.notify(Event::StopPodSandbox, &req, fallback).await;
     }
 
-    /// RemovePodSandbox (after StopPodSandbox if that was not sent yet).
+    /// RemovePodSandbox, after StopPodSandbox and RemoveContainer of what is left in it if
+    /// those were not sent yet.
     pub async fn remove_pod_sandbox(&self, pod_id: &str) {
-        self.stop_pod_sandbox(pod_id).await;
         let mut st = self.state.lock().await;
+        if !st.pods.contains_key(pod_id) {
+            return;
+        }
+        self.stop_pod_locked(&mut st, pod_id).await;
+        for id in containers_of(&st, pod_id) {
+            self.remove_container_locked(&mut st, &id).await;
+        }
         let Some(entry) = st.pods.remove(pod_id) else {
             return;
         };
-        st.containers.retain(|_, c| c.pod_sandbox_id != pod_id);
         let req = RemovePodSandboxRequest {
             pod: Some(entry.pod.clone()),
         };
@@ -719,6 +745,17 @@ impl Runtime {
     /// StopContainer, once per container: whether it was stopped or exited on its own.
     pub async fn stop_container(&self, id: &str, exit_code: i32, finished_at_ns: i64) {
         let mut st = self.state.lock().await;
+        self.stop_container_locked(&mut st, id, exit_code, finished_at_ns)
+            .await;
+    }
+
+    async fn stop_container_locked(
+        &self,
+        st: &mut State,
+        id: &str,
+        exit_code: i32,
+        finished_at_ns: i64,
+    ) {
         let stopped = ContainerState::ContainerStopped as i32;
         if st.containers.get(id).is_none_or(|c| c.state == stopped) {
             return;
@@ -729,7 +766,7 @@ impl Runtime {
             c.finished_at = finished_at_ns;
             c.pid = 0;
         };
-        let Some((pod, c)) = Self::known(&mut st, id, change) else {
+        let Some((pod, c)) = Self::known(st, id, change) else {
             return;
         };
         let req = ContainerEventRequest {
@@ -741,9 +778,11 @@ impl Runtime {
             .await
         {
             Ok(answers) => {
-                drop(st);
-                let updates = answers.into_iter().flat_map(|(_, a)| a.update).collect();
-                self.apply_updates(updates).await;
+                let updates: Vec<_> = answers.into_iter().flat_map(|(_, a)| a.update).collect();
+                if !updates.is_empty() {
+                    // Applied in the background: the updater may need this lock.
+                    self.spawn_updates(updates);
+                }
             }
             Err(e) => tracing::warn!(error = %e, "NRI plugin failed StopContainer"),
         }
@@ -751,8 +790,12 @@ impl Runtime {
 
     /// RemoveContainer (after StopContainer if that was not sent yet).
     pub async fn remove_container(&self, id: &str) {
-        self.stop_container(id, 0, 0).await;
         let mut st = self.state.lock().await;
+        self.remove_container_locked(&mut st, id).await;
+    }
+
+    async fn remove_container_locked(&self, st: &mut State, id: &str) {
+        self.stop_container_locked(st, id, 0, 0).await;
         let Some(c) = st.containers.remove(id) else {
             return;
         };
@@ -769,6 +812,14 @@ impl Runtime {
     pub fn has_plugins(&self) -> bool {
         !self.no_plugins()
     }
+}
+
+fn containers_of(st: &State, pod_id: &str) -> Vec<String> {
+    st.containers
+        .values()
+        .filter(|c| c.pod_sandbox_id == pod_id)
+        .map(|c| c.id.clone())
+        .collect()
 }
 
 fn state_change(

@@ -306,3 +306,27 @@ async fn a_disconnected_plugin_is_forgotten_and_shutdown_removes_the_socket() {
     rt.shutdown().await;
     assert!(!s.socket_path.exists());
 }
+
+#[tokio::test]
+async fn a_pod_stopped_and_removed_with_containers_in_it_ends_them_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let rt = Runtime::start(s.clone()).unwrap();
+    let plugin = Arc::new(Recorder::default());
+    let _conn = attach(&rt, &s, "pod", "10", plugin.clone()).await;
+    rt.run_pod_sandbox(pod("p")).await.unwrap();
+    rt.create_container(container("c", "p")).await.unwrap();
+    rt.stop_pod_sandbox("p").await;
+    rt.remove_pod_sandbox("p").await;
+    assert_eq!(
+        plugin.events(),
+        [
+            "RunPodSandbox p",
+            "CreateContainer p/c",
+            "STOP_CONTAINER c",
+            "StopPodSandbox p",
+            "REMOVE_CONTAINER c",
+            "RemovePodSandbox p",
+        ]
+    );
+}
