@@ -77,8 +77,8 @@ address = ""
 [nri]
 enabled = false
 socket_path = "/var/run/nri/nri.sock"
-# How long a connected plugin has to register, and to answer any one request (a plugin that
-# does not answer in time is disconnected; the call goes on without it).
+# How long a connected plugin has to register and synchronise, and to answer any one event
+# (a plugin that does not answer in time is disconnected; the call goes on without it).
 plugin_registration_timeout_ms = 5000
 plugin_request_timeout_ms = 2000
 

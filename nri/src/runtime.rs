@@ -423,12 +423,15 @@ impl Runtime {
             containers: st.containers.values().cloned().collect(),
             more: false,
         };
+        // Synchronisation ends the registration handshake (a plugin counts as started only
+        // after it) and a plugin may reconcile every container in it: it gets the
+        // registration timeout, not the per-event one.
         let synced: Result<SynchronizeResponse, _> = peer
             .call(
                 PLUGIN_SERVICE,
                 "Synchronize",
                 &sync,
-                self.settings.request_timeout,
+                self.settings.registration_timeout,
             )
             .await;
         let updates = match synced {
