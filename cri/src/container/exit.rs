@@ -30,6 +30,7 @@ impl ContainerService {
             Ok(false) => {}
             Ok(true) => {
                 tracing::info!(container = %c.id, code, oom, "container exited");
+                self.nri.container_exited(&c.id, code, finished);
                 self.events.emit(
                     &c.id,
                     &rec.sandbox_id,

@@ -15,6 +15,7 @@ impl ContainerService {
         };
         let _op = c.op.lock().await;
         self.remove_locked(&c).await?;
+        self.nri.remove_container(&c.id).await;
         self.containers.write().remove(&c.id);
         self.events.emit(
             &c.id,

@@ -17,7 +17,9 @@ impl ContainerService {
         };
         let _op = c.op.lock().await;
         self.stop_locked(&c, Duration::from_secs(timeout_s.max(0) as u64))
-            .await
+            .await?;
+        self.nri.container_stopped(&c.get()).await;
+        Ok(())
     }
 
     pub(super) async fn stop_locked(&self, c: &Container, grace: Duration) -> Result<()> {

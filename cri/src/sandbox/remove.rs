@@ -32,6 +32,7 @@ impl SandboxService {
     /// Removes everything of a sandbox: containers, pause, network, shm, shim, files, record.
     pub(super) async fn destroy_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
         self.containers.remove_all_of(&sandbox.id).await?;
+        self.nri.remove_pod_sandbox(&sandbox.id).await;
         self.stop_pause(sandbox).await?;
         if let Err(e) = self.teardown_network(sandbox, true).await {
             tracing::warn!(error = %e, "CNI DEL failed on remove; the network namespace is removed anyway");

@@ -204,6 +204,7 @@ impl SandboxService {
             pause_ms = pause_time.as_millis() as u64,
             "pod sandbox ready"
         );
+        self.nri.run_pod_sandbox(&sandbox.get()).await?;
         Ok(())
     }
 

@@ -35,6 +35,7 @@ impl SandboxService {
                 .await;
         }
         self.containers.stop_all_of(&sandbox.id).await?;
+        self.nri.stop_pod_sandbox(&sandbox.id).await;
         self.stop_pause(sandbox).await?;
         if let Err(e) = self.teardown_network(sandbox, false).await {
             // Kept in the record: RemovePodSandbox tries again.

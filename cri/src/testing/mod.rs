@@ -85,6 +85,7 @@ impl Harness {
             images: images.clone(),
             process_stats: process_stats.clone(),
             runtime_rro: false,
+            nri: crate::nri::Nri::disabled(),
         };
         let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
         rt.resume();
