@@ -74,6 +74,19 @@ tls_key = ""
 # Prometheus metrics listen address; empty turns metrics off.
 address = ""
 
+# NRI (Node Resource Interface): external plugins (CPU/memory/device managers, policy
+# agents) connect to this socket, are told of every pod and container event and may adjust a
+# container before it is created. Off by default: peapod then opens no socket and pays nothing
+# per call, and it does not collide with a containerd on the same host (containerd 2.x opens
+# the same default socket).
+[nri]
+enabled = false
+socket_path = "/var/run/nri/nri.sock"
+# How long a connected plugin has to register and synchronise, and to answer any one event
+# (a plugin that does not answer in time is disconnected; the call goes on without it).
+plugin_registration_timeout_ms = 5000
+plugin_request_timeout_ms = 2000
+
 # The pod supervisor behind `peapod apply`: the kubelet's part, run inside the daemon.
 [pods]
 # This node's name (spec.nodeName, kubernetes.io/hostname); empty: the machine's hostname.
@@ -108,6 +121,7 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub streaming: StreamingConfig,
     pub metrics: MetricsConfig,
+    pub nri: NriConfig,
     pub pods: PodsConfig,
 }
 
@@ -206,6 +220,27 @@ pub struct MetricsConfig {
     pub address: String,
 }
 
+/// `[nri]`: the NRI plugin socket (see DEFAULT_TOML).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NriConfig {
+    pub enabled: bool,
+    pub socket_path: PathBuf,
+    pub plugin_registration_timeout_ms: u64,
+    pub plugin_request_timeout_ms: u64,
+}
+
+impl Default for NriConfig {
+    fn default() -> Self {
+        NriConfig {
+            enabled: false,
+            socket_path: "/var/run/nri/nri.sock".into(),
+            plugin_registration_timeout_ms: 5000,
+            plugin_request_timeout_ms: 2000,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -220,6 +255,7 @@ impl Default for Config {
             registry: RegistryConfig::default(),
             streaming: StreamingConfig::default(),
             metrics: MetricsConfig::default(),
+            nri: NriConfig::default(),
             pods: PodsConfig::default(),
         }
     }
@@ -389,6 +425,20 @@ impl Config {
                 "state directory {} is longer than 64 bytes; unix socket paths under it would not fit",
                 self.state.display()
             )));
+        }
+        if self.nri.enabled {
+            let n = &self.nri;
+            if !n.socket_path.is_absolute() || n.socket_path.as_os_str().len() > 107 {
+                return Err(ConfigError::Invalid(format!(
+                    "nri.socket_path {} must be an absolute path of at most 107 bytes",
+                    n.socket_path.display()
+                )));
+            }
+            if n.plugin_registration_timeout_ms == 0 || n.plugin_request_timeout_ms == 0 {
+                return Err(ConfigError::Invalid(
+                    "nri.plugin_registration_timeout_ms and nri.plugin_request_timeout_ms must be over 0".into(),
+                ));
+            }
         }
         if self.socket.as_os_str().len() > 107 {
             return Err(ConfigError::Invalid(format!(

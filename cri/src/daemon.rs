@@ -10,6 +10,7 @@ use crate::exec::ExecService;
 use crate::host_ops::{HostOps, RealHostOps};
 use crate::images::Images;
 use crate::network::{Network, PodNetwork};
+use crate::nri::Nri;
 use crate::paths::Paths;
 use crate::sandbox::{SandboxDeps, SandboxService, SandboxSettings};
 use crate::shim::{ShimManager, Shims};
@@ -32,6 +33,8 @@ pub struct Effects {
     /// Whether the OCI runtime CLI knows recursive read-only mounts ("rro" in `<runtime>
     /// features`); the kernel check is peapod-spec's.
     pub runtime_rro: bool,
+    /// NRI plugins (a no-op when `[nri]` is disabled).
+    pub nri: Arc<Nri>,
 }
 
 pub struct Daemon {
@@ -46,6 +49,8 @@ pub struct Daemon {
     pub stats: StatsService,
     /// Lifecycle events for GetContainerEvents.
     pub events: Arc<Events>,
+    /// NRI: closed when the daemon stops.
+    pub nri: Arc<Nri>,
     /// The exec/attach/port-forward server (started right after the services).
     streaming: std::sync::OnceLock<peapod_streaming::Server>,
 }
@@ -111,8 +116,13 @@ impl Daemon {
             images: images.clone(),
             process_stats: Arc::new(HostProcessStats),
             runtime_rro: runtime_supports_rro(&config.runtime.path).await,
+            nri: Nri::start(&config.nri)?,
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
+        daemon
+            .nri
+            .restore(daemon.sandboxes.records(), daemon.containers.records())
+            .await;
         daemon.resume();
         daemon.start_streaming().await?;
         Ok(daemon)
@@ -156,6 +166,7 @@ impl Daemon {
             paths: paths.clone(),
             cgroup_driver: config.cgroup.driver,
             runtime_rro: effects.runtime_rro,
+            nri: effects.nri.clone(),
         }));
         let sandboxes = Arc::new(SandboxService::new(SandboxDeps {
             sandboxes: sandbox_records,
@@ -165,6 +176,7 @@ impl Daemon {
             host: effects.host,
             images: effects.images,
             events: events.clone(),
+            nri: effects.nri.clone(),
             paths,
             settings: SandboxSettings {
                 cgroup_driver: config.cgroup.driver,
@@ -194,6 +206,7 @@ impl Daemon {
             exec,
             stats,
             events,
+            nri: effects.nri,
             streaming: std::sync::OnceLock::new(),
         }))
     }

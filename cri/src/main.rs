@@ -186,7 +186,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // Pods keep running: their shims are not the daemon's children.
         tracing::info!("signal received; stopping the CRI server, leaving pods running");
     };
-    peapod::server::serve(rt, &socket, shutdown).await
+    let served = peapod::server::serve(rt.clone(), &socket, shutdown).await;
+    rt.nri.shutdown().await;
+    served
 }
 
 async fn run_client(command: Command, endpoint: Option<&str>) -> anyhow::Result<()> {

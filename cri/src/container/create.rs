@@ -103,6 +103,7 @@ impl ContainerService {
         {
             Ok(entry) => {
                 self.containers.write().insert(entry);
+                self.nri.post_create_container(&id).await;
                 self.events
                     .emit(&id, &srec.id, ContainerEventType::ContainerCreatedEvent);
                 tracing::info!("container created");
@@ -111,6 +112,7 @@ impl ContainerService {
             Err(err) => {
                 tracing::warn!(error = %err, "CreateContainer failed; removing what it made");
                 self.unmake_container(&id, &srec, &made).await;
+                self.nri.undo_create_container(&id).await;
                 self.containers.write().names.release(&name, &id);
                 Err(err)
             }
@@ -189,7 +191,7 @@ impl ContainerService {
         let target_pid = self.target_pid(&config, srec)?;
         let cgroups_path = cgroups::cgroups_path(self.cgroup_driver, &srec.cgroup_parent, id);
         let host = host_facts(self.runtime_rro);
-        let spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
+        let mut spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
             id,
             config: &spec_config,
             sandbox: peapod_spec::SandboxRef {
@@ -209,6 +211,9 @@ impl ContainerService {
             paths: &peapod_spec::RealHost,
         })
         .map_err(Error::from)?;
+        self.nri
+            .create_container(srec, id, &config, &mut spec)
+            .await?;
         crate::runtime_spec::write_config(&bundle, &spec)?;
         self.processes.remember(id, &spec);
 
