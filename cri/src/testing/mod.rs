@@ -128,6 +128,10 @@ impl Harness {
             runtime_handler: String::new(),
         };
         let resp = self.cri.run_pod_sandbox(Request::new(req)).await?;
+        // RunPodSandbox spawns the pod's watch, which gets the pod's shim when first polled:
+        // let it run now, so that a fault a test injects next into `shim.get` meets the call
+        // under test, not the watch (which would take the shim for dead and the pod NOTREADY).
+        tokio::task::yield_now().await;
         Ok(resp.into_inner().pod_sandbox_id)
     }
 
