@@ -237,7 +237,11 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("build the async runtime")?;
-            runtime.block_on(serve(args))
+            let result = runtime.block_on(serve(args));
+            // Dropping the runtime would wait for every blocking task (a stuck mount, a
+            // registry read): bound it, so that SIGTERM always ends the process.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            result
         }
         command => {
             let client = match command.into_kube() {

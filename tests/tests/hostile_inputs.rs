@@ -4,7 +4,7 @@
 //! Version afterwards. One daemon, one registry, one pod for all rows.
 
 use e2e::pods::{busybox, sh, Images, Pod};
-use e2e::TestDaemon;
+use e2e::{DaemonOptions, TestDaemon};
 use peapod_image::testsupport::{Compression, Layer};
 use peapod_proto::v1 as cri;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -13,6 +13,32 @@ use std::time::{Duration, Instant};
 
 /// Long enough for anything the daemon does here; a hang (the bug) goes far past it.
 const BOUND: Duration = Duration::from_secs(30);
+/// The daemon's `registry.pull_timeout_seconds` in this test.
+const PULL_TIMEOUT_S: u64 = 8;
+
+/// A registry on loopback that answers every request with headers and then one byte every
+/// 100 ms, for ever: never idle, never done.
+async fn trickling_registry() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: 1000000\r\n\r\n";
+                if conn.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                while conn.write_all(b" ").await.is_ok() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            });
+        }
+    });
+    (addr, task)
+}
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p)
@@ -44,7 +70,16 @@ fn create_request(pod: &Pod, config: cri::ContainerConfig) -> cri::CreateContain
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_inputs_get_clear_errors_and_the_daemon_keeps_answering() {
-    let mut d = TestDaemon::start("hostile").await;
+    let mut d = TestDaemon::start_with(
+        "hostile",
+        DaemonOptions {
+            // Long enough for the real pulls below on a busy machine; the trickling registry's
+            // pull meets it.
+            extra_config: format!("[registry]\npull_timeout_seconds = {PULL_TIMEOUT_S}\n"),
+            ..Default::default()
+        },
+    )
+    .await;
     let images = Images::start();
     let image = images.push("busybox:hostile", &busybox());
     let fifo_image = images.push(
@@ -153,6 +188,44 @@ async fn hostile_inputs_get_clear_errors_and_the_daemon_keeps_answering() {
         );
         assert!(!msg.contains("http://127.evil"), "row 127-prefix: {msg}");
         still_answers(&mut d, "127-prefix").await;
+    }
+
+    // Row: a registry that trickles a byte every 100 ms never trips the idle timeout; the
+    // overall pull deadline ends the pull with Unavailable naming the setting, and the daemon
+    // answers meanwhile.
+    {
+        let (addr, registry) = trickling_registry().await;
+        let mut cri = d.cri.clone();
+        let reference = format!("{addr}/trickle:v1");
+        let pull = tokio::spawn(async move {
+            let started = Instant::now();
+            let res = tokio::time::timeout(
+                Duration::from_secs(PULL_TIMEOUT_S) + BOUND,
+                cri.image.pull_image(cri::PullImageRequest {
+                    image: Some(cri::ImageSpec {
+                        image: reference,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            )
+            .await;
+            (res, started.elapsed())
+        });
+        still_answers(&mut d, "pull-deadline (during)").await;
+        let (res, took) = pull.await.unwrap();
+        let status = res
+            .unwrap_or_else(|_| panic!("row pull-deadline: the pull outlived its deadline"))
+            .expect_err("row pull-deadline: the pull succeeded");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(
+            status.message().contains("pull_timeout_seconds"),
+            "row pull-deadline: {}",
+            status.message()
+        );
+        println!("pull-deadline: the trickled pull ended after {took:?}");
+        registry.abort();
+        still_answers(&mut d, "pull-deadline").await;
     }
 
     // A container for the rows that need one running (streaming, directory modes).
