@@ -2,7 +2,8 @@
 //! (RunPodSandbox, CreateContainer, StartContainer, StopContainer, RemoveContainer,
 //! StopPodSandbox, RemovePodSandbox) on the real daemon, runc and CNI. Every call succeeds,
 //! and afterwards nothing is left: mounts, netns pins, veths, IPAM reservations, cgroups,
-//! shims and other processes, directories — each counted. Timings are printed, never asserted.
+//! shims and other processes, the OCI runtime's state, shim sockets, directories — each
+//! counted. Timings are printed, never asserted.
 
 use e2e::fixtures::sandbox_config;
 use e2e::pods::{busybox, sh, Images};
@@ -224,7 +225,7 @@ async fn a_hundred_pods_churn_at_concurrency_twenty_without_errors_or_leaks() {
         })
         .count();
     println!(
-        "load: after: {} pods, {} containers listed; mounts {}, netns files {}, veths {}, IP reservations {}, cgroups {}, processes {} (shims {}), directories {}",
+        "load: after: {} pods, {} containers listed; mounts {}, netns files {}, veths {}, IP reservations {}, cgroups {}, processes {} (shims {}), runc state {}, shim sockets {}, directories {}",
         pods.len(),
         containers.len(),
         count("mount"),
@@ -234,6 +235,8 @@ async fn a_hundred_pods_churn_at_concurrency_twenty_without_errors_or_leaks() {
         count("cgroup"),
         count("process"),
         shims,
+        count("runc entry"),
+        count("s entry"),
         count("directory"),
     );
     assert!(pods.is_empty(), "{pods:#?}");
