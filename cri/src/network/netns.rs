@@ -51,12 +51,15 @@ pub fn run_in<T: Send + 'static>(
     path: &Path,
     f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
 ) -> Result<T> {
-    let file = std::fs::File::open(path).map_err(|e| Error::path("open netns", path, e))?;
-    std::thread::spawn(move || -> std::io::Result<T> {
-        nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
-        f()
+    // The join waits for the thread: not on an async worker.
+    crate::host_ops::off_runtime(|| {
+        let file = std::fs::File::open(path).map_err(|e| Error::path("open netns", path, e))?;
+        std::thread::spawn(move || -> std::io::Result<T> {
+            nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+            f()
+        })
+        .join()
+        .map_err(|_| Error::internal("the netns thread panicked"))?
+        .map_err(|e| Error::io("in the pod network namespace", e))
     })
-    .join()
-    .map_err(|_| Error::internal("the netns thread panicked"))?
-    .map_err(|e| Error::io("in the pod network namespace", e))
 }
