@@ -532,3 +532,32 @@ impl ImageService for CriService {
         rpc("ImageFsInfo", r, |req| image::fs_info(&self.daemon, req)).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The socket appears at its path already 0660 (bound elsewhere and moved), and the
+    /// private staging directory is gone afterwards.
+    #[tokio::test]
+    async fn the_socket_is_moved_into_place_at_0660() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("peapod.sock");
+        let listener = bind_socket(&socket).unwrap();
+        let meta = std::fs::metadata(&socket).unwrap();
+        use std::os::unix::fs::FileTypeExt;
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o660);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["peapod.sock".to_string()]);
+        // It is the listener's socket: a client reaches it by the final path.
+        let client = tokio::net::UnixStream::connect(&socket);
+        let (accepted, connected) = tokio::join!(listener.accept(), client);
+        accepted.unwrap();
+        connected.unwrap();
+    }
+}
