@@ -208,7 +208,7 @@ async fn a_plugin_refusal_fails_create_leaving_nothing_and_the_name_free() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_plugin_is_synchronised_and_hears_exits_nobody_asked_for() {
+async fn a_late_plugin_is_synchronised_its_updates_applied_and_hears_exits_nobody_asked_for() {
     let mut d = nri_daemon("nri-sync").await;
     let images = Images::start();
     let (pod, image) = pod_with_image(&mut d, &images, "sync-pod").await;
@@ -216,11 +216,35 @@ async fn a_late_plugin_is_synchronised_and_hears_exits_nobody_asked_for() {
         .run_container(&pod, sh("before", &image, "sleep 300 & wait"))
         .await;
     let log = d.dir.join("events.log");
-    let _plugin = start_plugin(&d, "late", &["--events", log.to_str().unwrap()]);
+    let _plugin = start_plugin(
+        &d,
+        "late",
+        &[
+            "--events",
+            log.to_str().unwrap(),
+            "--sync-cpu-shares",
+            "321",
+        ],
+    );
     assert_eq!(
         events(&log),
         ["SyncPod sync-pod", "SyncContainer sync-pod/before"]
     );
+    // The update its Synchronize answer asked for is applied to the existing container.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = d.container_status(&before).await;
+        let shares = st.resources.and_then(|r| r.linux).map(|l| l.cpu_shares);
+        if shares == Some(321) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cpu shares {shares:?}\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // A container that ends on its own: StopContainer reaches the plugin without a CRI stop.
     let quick = d.run_container(&pod, sh("quick", &image, "exit 3")).await;
     assert_eq!(
@@ -240,7 +264,6 @@ async fn a_late_plugin_is_synchronised_and_hears_exits_nobody_asked_for() {
             "StopContainer sync-pod/quick",
         ]
     );
-    let _ = before;
     d.remove_pod(&pod).await;
     assert_eq!(d.leftovers(), Vec::<String>::new());
 }

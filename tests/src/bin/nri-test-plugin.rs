@@ -3,11 +3,12 @@
 //!
 //!   nri-test-plugin --socket PATH [--name N] [--idx NN] [--events FILE]
 //!       [--env K=V]... [--annotation K=V]... [--mount HOSTDIR:CTRDIR]... [--nofile N]
-//!       [--deny PREFIX]
+//!       [--deny PREFIX] [--sync-cpu-shares N]
 //!
 //! Every event it gets is appended to FILE as `<Event> <pod name>[/<container name>]`;
 //! CreateContainer is answered with the given adjustments, or refused for containers whose
-//! name starts with PREFIX. It prints `registered` once connected and runs until killed.
+//! name starts with PREFIX; with --sync-cpu-shares its Synchronize answer asks for N CPU
+//! shares for every existing container. It prints `registered` once connected and runs until killed.
 
 use peapod_nri::api::*;
 use std::io::Write;
@@ -22,6 +23,7 @@ struct TestPlugin {
     mounts: Vec<(String, String)>,
     nofile: Option<u64>,
     deny: Option<String>,
+    sync_cpu_shares: Option<u64>,
 }
 
 impl TestPlugin {
@@ -59,7 +61,26 @@ impl peapod_nri::stub::Plugin for TestPlugin {
                 .unwrap_or_default();
             self.record("SyncContainer", &pod, Some(c));
         }
-        Ok(Vec::new())
+        // Asked for: every existing container gets these CPU shares.
+        let updates = self.sync_cpu_shares.map(|shares| {
+            containers
+                .iter()
+                .map(|c| ContainerUpdate {
+                    container_id: c.id.clone(),
+                    linux: Some(LinuxContainerUpdate {
+                        resources: Some(LinuxResources {
+                            cpu: Some(LinuxCpu {
+                                shares: Some(OptionalUInt64 { value: shares }),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                    }),
+                    ignore_failure: false,
+                })
+                .collect()
+        });
+        Ok(updates.unwrap_or_default())
     }
     async fn run_pod_sandbox(&self, pod: PodSandbox) -> Result<(), String> {
         self.record("RunPodSandbox", &pod, None);
@@ -166,6 +187,7 @@ async fn main() -> anyhow::Result<()> {
             "--mount" => plugin.mounts.push(pair(&value, ':')),
             "--nofile" => plugin.nofile = Some(value.parse()?),
             "--deny" => plugin.deny = Some(value),
+            "--sync-cpu-shares" => plugin.sync_cpu_shares = Some(value.parse()?),
             other => anyhow::bail!("unknown flag {other}"),
         }
     }
