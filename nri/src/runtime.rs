@@ -248,6 +248,14 @@ impl Runtime {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(sock_err)?;
         }
+        // A socket someone answers on belongs to a live runtime (a containerd with NRI on, a
+        // second peapod): refuse rather than steal it. One nobody answers on is stale.
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Err(sock_err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "another runtime is serving NRI on it",
+            )));
+        }
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(sock_err(e)),
             _ => {}

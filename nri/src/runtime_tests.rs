@@ -330,3 +330,24 @@ async fn a_pod_stopped_and_removed_with_containers_in_it_ends_them_first() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_socket_in_use_is_refused_and_a_stale_one_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let first = Runtime::start(s.clone()).unwrap();
+    let err = Runtime::start(s.clone())
+        .err()
+        .expect("the socket is in use");
+    assert!(
+        err.to_string()
+            .contains("another runtime is serving NRI on it"),
+        "{err}"
+    );
+    first.shutdown().await;
+    // A socket file left behind by a runtime that died is taken over.
+    let _stale = std::os::unix::net::UnixListener::bind(&s.socket_path).unwrap();
+    drop(_stale);
+    let second = Runtime::start(s.clone()).unwrap();
+    second.shutdown().await;
+}

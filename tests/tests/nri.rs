@@ -269,6 +269,39 @@ async fn a_late_plugin_is_synchronised_its_updates_applied_and_hears_exits_nobod
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_plugins_are_synchronised_with_what_the_daemon_had() {
+    let mut d = nri_daemon("nri-restart").await;
+    let images = Images::start();
+    let (pod, image) = pod_with_image(&mut d, &images, "kept-pod").await;
+    d.run_container(&pod, sh("kept", &image, "sleep 300 & wait"))
+        .await;
+    d.stop_daemon();
+    assert!(
+        !d.dir.join("nri.sock").exists(),
+        "a stopped daemon removes its NRI socket"
+    );
+    d.restart().await;
+    let log = d.dir.join("events.log");
+    let _plugin = start_plugin(&d, "after", &["--events", log.to_str().unwrap()]);
+    assert_eq!(
+        events(&log),
+        ["SyncPod kept-pod", "SyncContainer kept-pod/kept"]
+    );
+    d.remove_pod(&pod).await;
+    let got = wait_event(&log, "RemovePodSandbox kept-pod");
+    assert_eq!(
+        got[2..],
+        [
+            "StopContainer kept-pod/kept",
+            "StopPodSandbox kept-pod",
+            "RemoveContainer kept-pod/kept",
+            "RemovePodSandbox kept-pod",
+        ]
+    );
+    assert_eq!(d.leftovers(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nri_off_opens_no_socket() {
     let mut d = TestDaemon::start_with(
         "nri-off",
