@@ -351,3 +351,93 @@ async fn a_socket_in_use_is_refused_and_a_stale_one_replaced() {
     let second = Runtime::start(s.clone()).unwrap();
     second.shutdown().await;
 }
+
+/// A plugin of an older NRI: no RunPodSandbox/StartContainer/... calls of their own, every
+/// such event comes as StateChange. Answers the calls itself (no stub), as such a plugin would.
+struct OldPlugin {
+    seen: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl crate::wire::Handler for OldPlugin {
+    async fn handle(
+        &self,
+        _service: &str,
+        method: &str,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, (i32, String)> {
+        use prost::Message;
+        match method {
+            "Configure" => Ok(ConfigureResponse { events: 0 }.encode_to_vec()),
+            "Synchronize" => Ok(SynchronizeResponse::default().encode_to_vec()),
+            "CreateContainer" => Ok(CreateContainerResponse::default().encode_to_vec()),
+            "StopContainer" => Ok(StopContainerResponse::default().encode_to_vec()),
+            "StateChange" => {
+                let ev = StateChangeEvent::decode(payload).map_err(|e| (3, e.to_string()))?;
+                let name = Event::try_from(ev.event)
+                    .map(|e| e.as_str_name())
+                    .unwrap_or("?");
+                self.seen.lock().unwrap().push(name.to_string());
+                Ok(Empty {}.encode_to_vec())
+            }
+            _ => Err((
+                crate::wire::code::UNIMPLEMENTED,
+                format!("{method} unknown"),
+            )),
+        }
+    }
+}
+
+#[tokio::test]
+async fn plugins_of_an_older_nri_get_events_as_state_change() {
+    use crate::wire::{Peer, RUNTIME_SERVICE_CONN};
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let rt = Runtime::start(s.clone()).unwrap();
+    let old = Arc::new(OldPlugin {
+        seen: Mutex::default(),
+    });
+    let stream = tokio::net::UnixStream::connect(&s.socket_path)
+        .await
+        .unwrap();
+    let peer = Peer::start(stream, RUNTIME_SERVICE_CONN, old.clone());
+    let reg = RegisterPluginRequest {
+        plugin_name: "old".into(),
+        plugin_idx: "10".into(),
+        nri_version: String::new(),
+    };
+    let _: Empty = peer
+        .call(
+            crate::runtime::RUNTIME_SERVICE,
+            "RegisterPlugin",
+            &reg,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if !rt.plugin_names().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rt.run_pod_sandbox(pod("p")).await.unwrap();
+    rt.create_container(container("c", "p")).await.unwrap();
+    rt.start_container("c").await.unwrap();
+    rt.remove_pod_sandbox("p").await;
+    assert_eq!(
+        *old.seen.lock().unwrap(),
+        [
+            "RUN_POD_SANDBOX",
+            "START_CONTAINER",
+            "STOP_POD_SANDBOX",
+            "REMOVE_CONTAINER",
+            "REMOVE_POD_SANDBOX"
+        ]
+    );
+    assert_eq!(
+        rt.plugin_names(),
+        ["10-old"],
+        "Unimplemented is not a failure"
+    );
+}
