@@ -56,6 +56,8 @@ pub enum Error {
         event: &'static str,
         message: String,
     },
+    #[error("NRI plugin {plugin} rejected the adjustments: {reason}")]
+    Rejected { plugin: String, reason: String },
     #[error("NRI adjustment refused: {0}")]
     Adjust(#[from] AdjustError),
     #[error("NRI socket {path}: {source}")]
@@ -616,12 +618,80 @@ impl Runtime {
             }
             updates.extend(answer.update);
         }
+        self.validate(pod, &container, &merged, &updates).await?;
         let mut known = container;
         known.state = ContainerState::ContainerCreated as i32;
         st.containers.insert(known.id.clone(), known);
         drop(st);
         self.apply_updates(updates).await;
         Ok(merged.adjust)
+    }
+
+    /// ValidateContainerAdjustment: validator plugins see the merged result and who owns what,
+    /// and may reject it (the create fails). One that does not implement it has no say.
+    async fn validate(
+        &self,
+        pod: Option<PodSandbox>,
+        container: &Container,
+        merged: &Merged,
+        updates: &[ContainerUpdate],
+    ) -> Result<(), Error> {
+        let event = Event::ValidateContainerAdjustment;
+        let validators: Vec<_> = self
+            .plugin_list()
+            .into_iter()
+            .filter(|p| p.subscribed(event))
+            .collect();
+        if validators.is_empty() {
+            return Ok(());
+        }
+        let req = ValidateContainerAdjustmentRequest {
+            pod,
+            container: Some(container.clone()),
+            adjust: Some(merged.adjust.clone()),
+            update: updates.to_vec(),
+            owners: Some(OwningPlugins {
+                owners: [(container.id.clone(), merged.field_owners())].into(),
+            }),
+            plugins: self
+                .plugin_list()
+                .iter()
+                .map(|p| PluginInstance {
+                    name: p.name[p.idx.len() + 1..].to_string(),
+                    index: p.idx.clone(),
+                })
+                .collect(),
+        };
+        for p in validators {
+            let timeout = self.settings.request_timeout;
+            let answer: Result<ValidateContainerAdjustmentResponse, _> = p
+                .peer
+                .call(PLUGIN_SERVICE, event_name(event), &req, timeout)
+                .await;
+            match answer {
+                Ok(r) if r.reject => {
+                    return Err(Error::Rejected {
+                        plugin: p.name.clone(),
+                        reason: r.reason,
+                    })
+                }
+                Ok(_) => {}
+                Err(e) if e.is_unimplemented() => {}
+                Err(e) if e.is_fatal() => {
+                    tracing::error!(plugin = %p.name, error = %e, "dropping NRI plugin");
+                    p.peer.close().await;
+                    self.drop_plugin(&p.name);
+                }
+                Err(e) => {
+                    return Err(Error::Plugin {
+                        plugin: p.name.clone(),
+                        event: event_name(event),
+                        message: e.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A create that failed after CreateContainer: plugins hear RemoveContainer and forget it.

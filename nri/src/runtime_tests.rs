@@ -109,13 +109,19 @@ async fn attach(
         .await
         .unwrap();
     let full = format!("{idx}-{name}");
+    wait_plugins(rt, |names| names.contains(&full)).await;
+    conn
+}
+
+/// Waits (up to 5 s) until the registered plugins' names satisfy `ok`.
+async fn wait_plugins(rt: &Runtime, ok: impl Fn(&[String]) -> bool) {
     for _ in 0..500 {
-        if rt.plugin_names().contains(&full) {
-            return conn;
+        if ok(&rt.plugin_names()) {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("plugin {full} not registered within 5s");
+    panic!("plugins are {:?} after 5s", rt.plugin_names());
 }
 
 fn pod(id: &str) -> PodSandbox {
@@ -295,13 +301,7 @@ async fn a_disconnected_plugin_is_forgotten_and_shutdown_removes_the_socket() {
     let p = Arc::new(Recorder::default());
     let conn = attach(&rt, &s, "gone", "10", p).await;
     conn.close().await;
-    for _ in 0..500 {
-        if rt.plugin_names().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(rt.plugin_names().is_empty());
+    wait_plugins(&rt, |names| names.is_empty()).await;
     rt.run_pod_sandbox(pod("p")).await.unwrap();
     rt.shutdown().await;
     assert!(!s.socket_path.exists());
@@ -415,12 +415,7 @@ async fn plugins_of_an_older_nri_get_events_as_state_change() {
         )
         .await
         .unwrap();
-    for _ in 0..500 {
-        if !rt.plugin_names().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_plugins(&rt, |names| !names.is_empty()).await;
     rt.run_pod_sandbox(pod("p")).await.unwrap();
     rt.create_container(container("c", "p")).await.unwrap();
     rt.start_container("c").await.unwrap();
@@ -440,4 +435,73 @@ async fn plugins_of_an_older_nri_get_events_as_state_change() {
         ["10-old"],
         "Unimplemented is not a failure"
     );
+}
+
+/// A validator: rejects adjustments that set env variables it did not set itself, and keeps
+/// what it was shown.
+#[derive(Default)]
+struct Validator {
+    shown: Mutex<Option<ValidateContainerAdjustmentRequest>>,
+}
+
+#[async_trait::async_trait]
+impl stub::Plugin for Validator {
+    fn events(&self) -> i32 {
+        crate::runtime::event_bit(Event::ValidateContainerAdjustment)
+    }
+    async fn validate(
+        &self,
+        req: ValidateContainerAdjustmentRequest,
+    ) -> Result<Option<String>, String> {
+        *self.shown.lock().unwrap() = Some(req.clone());
+        let env_owner = |c: &ContainerAdjustment| !c.env.is_empty();
+        let rejected = req.adjust.as_ref().is_some_and(env_owner)
+            && req
+                .container
+                .as_ref()
+                .is_some_and(|c| c.name.starts_with("strict"));
+        Ok(rejected.then(|| "env adjustments are not allowed here".to_string()))
+    }
+}
+
+#[tokio::test]
+async fn validators_see_the_merged_adjustment_with_owners_and_may_reject_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let rt = Runtime::start(s.clone()).unwrap();
+    let adjuster = Arc::new(Recorder::default());
+    adjuster.adjust.lock().unwrap().env = vec![KeyValue {
+        key: "X".into(),
+        value: "1".into(),
+    }];
+    let validator = Arc::new(Validator::default());
+    let _a = attach(&rt, &s, "adjuster", "10", adjuster).await;
+    let conn = stub::connect(&s.socket_path, "validator", "90", validator.clone())
+        .await
+        .unwrap();
+    wait_plugins(&rt, |names| names.len() == 2).await;
+    rt.run_pod_sandbox(pod("p")).await.unwrap();
+    let adj = rt.create_container(container("loose", "p")).await.unwrap();
+    assert_eq!(adj.env.len(), 1);
+    let shown = validator.shown.lock().unwrap().clone().unwrap();
+    let owners = &shown.owners.unwrap().owners["loose"];
+    assert_eq!(
+        owners.compound[&(Field::Env as i32)].owners["X"],
+        "10-adjuster"
+    );
+    let names: Vec<_> = shown
+        .plugins
+        .iter()
+        .map(|p| (p.index.as_str(), p.name.as_str()))
+        .collect();
+    assert_eq!(names, [("10", "adjuster"), ("90", "validator")]);
+    let err = rt
+        .create_container(container("strict", "p"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "NRI plugin 90-validator rejected the adjustments: env adjustments are not allowed here"
+    );
+    drop(conn);
 }
