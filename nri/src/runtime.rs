@@ -222,12 +222,7 @@ impl Handler for RuntimeService {
                 let Some(rt) = self.runtime.upgrade() else {
                     return Err((code::CANCELLED, "runtime is shutting down".into()));
                 };
-                if !req.evict.is_empty() {
-                    tracing::warn!(
-                        count = req.evict.len(),
-                        "NRI evictions are not supported; ignored"
-                    );
-                }
+                warn_evictions("(UpdateContainers)", &req.evict);
                 let failed = rt.apply_updates(req.update).await;
                 Ok(UpdateContainersResponse { failed }.encode_to_vec())
             }
@@ -330,9 +325,11 @@ impl Runtime {
         self.plugins.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
-    fn drop_plugin(&self, name: &str) {
+    /// Forgets one connection's plugin (by connection: a plugin that registered again
+    /// under the same name is another one).
+    fn drop_plugin(&self, peer: &Arc<Peer>) {
         if let Ok(mut list) = self.plugins.lock() {
-            list.retain(|p| p.name != name);
+            list.retain(|p| !Arc::ptr_eq(&p.peer, peer));
         }
     }
 
@@ -452,12 +449,24 @@ impl Runtime {
                 return Err(fail("Synchronize", e));
             }
         };
-        if let Ok(mut list) = self.plugins.lock() {
-            list.retain(|p| p.name != name);
-            list.push(plugin);
-            list.sort_by(|a, b| (&a.idx, &a.name).cmp(&(&b.idx, &b.name)));
-        }
+        // A plugin registering again under its name (it restarted) replaces the old one.
+        let replaced = match self.plugins.lock() {
+            Ok(mut list) => {
+                let old = list
+                    .iter()
+                    .position(|p| p.name == name)
+                    .map(|i| list.remove(i));
+                list.push(plugin);
+                list.sort_by(|a, b| (&a.idx, &a.name).cmp(&(&b.idx, &b.name)));
+                old
+            }
+            Err(_) => None,
+        };
         drop(st);
+        if let Some(old) = replaced {
+            tracing::info!(plugin = %name, "NRI plugin registered again; closing its old connection");
+            old.peer.close().await;
+        }
         tracing::info!(plugin = %name, events = format!("0x{events:x}"), "NRI plugin registered");
         let failed = self.apply_updates(updates).await;
         if !failed.is_empty() {
@@ -467,7 +476,7 @@ impl Runtime {
         tokio::spawn(async move {
             peer.closed().await;
             if let Some(rt) = weak.upgrade() {
-                rt.drop_plugin(&name);
+                rt.drop_plugin(&peer);
                 tracing::info!(plugin = %name, "NRI plugin disconnected");
             }
         });
@@ -492,7 +501,7 @@ impl Runtime {
                 Err(e) if e.is_fatal() => {
                     tracing::error!(plugin = %p.name, error = %e, event = method, "dropping NRI plugin");
                     p.peer.close().await;
-                    self.drop_plugin(&p.name);
+                    self.drop_plugin(&p.peer);
                 }
                 Err(e) => {
                     let message = match e {
@@ -616,6 +625,7 @@ impl Runtime {
             if let Some(adj) = answer.adjust {
                 merged.add(&plugin, adj)?;
             }
+            warn_evictions(&plugin, &answer.evict);
             updates.extend(answer.update);
         }
         self.validate(pod, &container, &merged, &updates).await?;
@@ -680,7 +690,7 @@ impl Runtime {
                 Err(e) if e.is_fatal() => {
                     tracing::error!(plugin = %p.name, error = %e, "dropping NRI plugin");
                     p.peer.close().await;
-                    self.drop_plugin(&p.name);
+                    self.drop_plugin(&p.peer);
                 }
                 Err(e) => {
                     return Err(Error::Plugin {
@@ -792,7 +802,8 @@ impl Runtime {
             .await?;
         let mut result = resources;
         let mut others = Vec::new();
-        for (_, answer) in answers {
+        for (plugin, answer) in answers {
+            warn_evictions(&plugin, &answer.evict);
             for u in answer.update {
                 match (u.container_id == id, u.linux.and_then(|l| l.resources)) {
                     (true, Some(r)) => crate::adjust::merge_resources(&mut result, r),
@@ -892,6 +903,14 @@ impl Runtime {
     /// Whether any plugin is connected (callers may skip building messages when none is).
     pub fn has_plugins(&self) -> bool {
         !self.no_plugins()
+    }
+}
+
+/// Evictions are not carried out: a runtime that stops containers behind the kubelet's back
+/// only makes it start them again; the kubelet's own eviction is the way.
+fn warn_evictions(plugin: &str, evict: &[ContainerEviction]) {
+    for e in evict {
+        tracing::warn!(plugin, container = %e.container_id, reason = %e.reason, "NRI eviction requested; not supported, ignored");
     }
 }
 

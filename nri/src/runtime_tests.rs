@@ -505,3 +505,21 @@ async fn validators_see_the_merged_adjustment_with_owners_and_may_reject_it() {
     );
     drop(conn);
 }
+
+#[tokio::test]
+async fn a_plugin_registering_again_replaces_its_old_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let rt = Runtime::start(s.clone()).unwrap();
+    let old = Arc::new(Recorder::default());
+    let old_conn = attach(&rt, &s, "again", "10", old.clone()).await;
+    let new = Arc::new(Recorder::default());
+    let _new_conn = attach(&rt, &s, "again", "10", new.clone()).await;
+    // The old connection is closed by the runtime, and its end does not drop the new one.
+    old_conn.peer.closed().await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(rt.plugin_names(), ["10-again"]);
+    rt.run_pod_sandbox(pod("p")).await.unwrap();
+    assert_eq!(new.events(), ["RunPodSandbox p"]);
+    assert!(old.events().is_empty());
+}
