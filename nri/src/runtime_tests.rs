@@ -124,6 +124,14 @@ async fn wait_plugins(rt: &Runtime, ok: impl Fn(&[String]) -> bool) {
     panic!("plugins are {:?} after 5s", rt.plugin_names());
 }
 
+/// A runtime on a socket in a directory of its own (kept as long as the first value lives).
+fn started() -> (tempfile::TempDir, Settings, Arc<Runtime>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let rt = Runtime::start(s.clone()).unwrap();
+    (dir, s, rt)
+}
+
 fn pod(id: &str) -> PodSandbox {
     PodSandbox {
         id: id.into(),
@@ -145,9 +153,7 @@ fn container(id: &str, pod: &str) -> Container {
 
 #[tokio::test]
 async fn a_late_plugin_is_synchronised_with_existing_pods_and_containers() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     rt.restore(vec![(pod("old"), true)], vec![container("c0", "old")])
         .await;
     rt.run_pod_sandbox(pod("p1")).await.unwrap();
@@ -165,9 +171,7 @@ async fn a_late_plugin_is_synchronised_with_existing_pods_and_containers() {
 
 #[tokio::test]
 async fn events_arrive_in_lifecycle_order_and_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let plugin = Arc::new(Recorder::default());
     let _conn = attach(&rt, &s, "order", "10", plugin.clone()).await;
     rt.run_pod_sandbox(pod("p")).await.unwrap();
@@ -206,9 +210,7 @@ async fn events_arrive_in_lifecycle_order_and_once() {
 
 #[tokio::test]
 async fn removal_without_stop_sends_stop_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let plugin = Arc::new(Recorder::default());
     let _conn = attach(&rt, &s, "rm", "10", plugin.clone()).await;
     rt.run_pod_sandbox(pod("p")).await.unwrap();
@@ -230,9 +232,7 @@ async fn removal_without_stop_sends_stop_first() {
 
 #[tokio::test]
 async fn a_plugin_error_fails_create_and_the_container_stays_unknown() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let plugin = Arc::new(Recorder::default());
     *plugin.fail_create.lock().unwrap() = Some("no room".into());
     let _conn = attach(&rt, &s, "deny", "10", plugin.clone()).await;
@@ -253,9 +253,7 @@ async fn a_plugin_error_fails_create_and_the_container_stays_unknown() {
 
 #[tokio::test]
 async fn adjustments_of_two_plugins_merge_and_conflicts_fail() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let env = |k: &str, v: &str| KeyValue {
         key: k.into(),
         value: v.into(),
@@ -281,9 +279,7 @@ async fn adjustments_of_two_plugins_merge_and_conflicts_fail() {
 
 #[tokio::test]
 async fn a_plugin_too_slow_is_dropped_and_the_event_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let slow = Arc::new(Recorder::default());
     *slow.stall_start.lock().unwrap() = Some(Duration::from_secs(5));
     let _conn = attach(&rt, &s, "slow", "10", slow.clone()).await;
@@ -295,9 +291,7 @@ async fn a_plugin_too_slow_is_dropped_and_the_event_goes_on() {
 
 #[tokio::test]
 async fn a_disconnected_plugin_is_forgotten_and_shutdown_removes_the_socket() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let p = Arc::new(Recorder::default());
     let conn = attach(&rt, &s, "gone", "10", p).await;
     conn.close().await;
@@ -309,9 +303,7 @@ async fn a_disconnected_plugin_is_forgotten_and_shutdown_removes_the_socket() {
 
 #[tokio::test]
 async fn a_pod_stopped_and_removed_with_containers_in_it_ends_them_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let plugin = Arc::new(Recorder::default());
     let _conn = attach(&rt, &s, "pod", "10", plugin.clone()).await;
     rt.run_pod_sandbox(pod("p")).await.unwrap();
@@ -391,9 +383,7 @@ impl crate::wire::Handler for OldPlugin {
 #[tokio::test]
 async fn plugins_of_an_older_nri_get_events_as_state_change() {
     use crate::wire::{Peer, RUNTIME_SERVICE_CONN};
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let old = Arc::new(OldPlugin {
         seen: Mutex::default(),
     });
@@ -466,9 +456,7 @@ impl stub::Plugin for Validator {
 
 #[tokio::test]
 async fn validators_see_the_merged_adjustment_with_owners_and_may_reject_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let adjuster = Arc::new(Recorder::default());
     adjuster.adjust.lock().unwrap().env = vec![KeyValue {
         key: "X".into(),
@@ -508,9 +496,7 @@ async fn validators_see_the_merged_adjustment_with_owners_and_may_reject_it() {
 
 #[tokio::test]
 async fn a_plugin_registering_again_replaces_its_old_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let old = Arc::new(Recorder::default());
     let old_conn = attach(&rt, &s, "again", "10", old.clone()).await;
     let new = Arc::new(Recorder::default());
