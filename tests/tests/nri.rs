@@ -159,9 +159,43 @@ async fn plugin_adjustments_reach_the_container_and_events_come_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plugin_refusal_fails_create_leaving_nothing_and_the_name_free() {
+async fn a_plugin_refusal_fails_run_and_create_leaving_nothing_and_the_name_free() {
     let mut d = nri_daemon("nri-deny").await;
-    let _plugin = start_plugin(&d, "deny", &["--deny", "deny-"]);
+    let _plugin = start_plugin(&d, "deny", &["--deny", "deny-", "--deny-pod", "denied-pod"]);
+    // RunPodSandbox refused: no sandbox, no netns, no shim, no cgroup; twice (the name is free).
+    for attempt in 0..2 {
+        let config = e2e::fixtures::sandbox_config("denied-pod", &d.cgroup_parent);
+        let err = d
+            .cri
+            .runtime
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await
+            .expect_err("the plugin refuses the pod");
+        assert_eq!(
+            err.code(),
+            tonic::Code::FailedPrecondition,
+            "attempt {attempt}: {err}"
+        );
+        assert!(
+            err.message().contains(
+                "NRI plugin 10-deny failed RunPodSandbox: test plugin denies pod denied-pod"
+            ),
+            "attempt {attempt}: {err}"
+        );
+        assert_eq!(d.leftovers(), Vec::<String>::new(), "attempt {attempt}");
+    }
+    let pods = d
+        .cri
+        .runtime
+        .list_pod_sandbox(cri::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert!(pods.is_empty(), "{pods:?}");
     let images = Images::start();
     let (pod, image) = pod_with_image(&mut d, &images, "deny-pod").await;
     for attempt in 0..2 {

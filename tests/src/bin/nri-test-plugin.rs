@@ -3,11 +3,11 @@
 //!
 //!   nri-test-plugin --socket PATH [--name N] [--idx NN] [--events FILE]
 //!       [--env K=V]... [--annotation K=V]... [--mount HOSTDIR:CTRDIR]... [--nofile N]
-//!       [--deny PREFIX] [--sync-cpu-shares N]
+//!       [--deny PREFIX] [--deny-pod PREFIX] [--sync-cpu-shares N]
 //!
 //! Every event it gets is appended to FILE as `<Event> <pod name>[/<container name>]`;
 //! CreateContainer is answered with the given adjustments, or refused for containers whose
-//! name starts with PREFIX; with --sync-cpu-shares its Synchronize answer asks for N CPU
+//! name starts with PREFIX (RunPodSandbox likewise with --deny-pod); with --sync-cpu-shares its Synchronize answer asks for N CPU
 //! shares for every existing container. It prints `registered` once connected and runs until killed.
 
 use peapod_nri::api::*;
@@ -23,6 +23,7 @@ struct TestPlugin {
     mounts: Vec<(String, String)>,
     nofile: Option<u64>,
     deny: Option<String>,
+    deny_pod: Option<String>,
     sync_cpu_shares: Option<u64>,
 }
 
@@ -84,7 +85,12 @@ impl peapod_nri::stub::Plugin for TestPlugin {
     }
     async fn run_pod_sandbox(&self, pod: PodSandbox) -> Result<(), String> {
         self.record("RunPodSandbox", &pod, None);
-        Ok(())
+        match &self.deny_pod {
+            Some(prefix) if pod.name.starts_with(prefix.as_str()) => {
+                Err(format!("test plugin denies pod {}", pod.name))
+            }
+            _ => Ok(()),
+        }
     }
     async fn stop_pod_sandbox(&self, pod: PodSandbox) -> Result<(), String> {
         self.record("StopPodSandbox", &pod, None);
@@ -187,6 +193,7 @@ async fn main() -> anyhow::Result<()> {
             "--mount" => plugin.mounts.push(pair(&value, ':')),
             "--nofile" => plugin.nofile = Some(value.parse()?),
             "--deny" => plugin.deny = Some(value),
+            "--deny-pod" => plugin.deny_pod = Some(value),
             "--sync-cpu-shares" => plugin.sync_cpu_shares = Some(value.parse()?),
             other => anyhow::bail!("unknown flag {other}"),
         }
