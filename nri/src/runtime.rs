@@ -498,11 +498,7 @@ impl Runtime {
             match p.relay(event, method, req, fallback.clone(), timeout).await {
                 Ok(Some(r)) => out.push((p.name.clone(), r)),
                 Ok(None) => {}
-                Err(e) if e.is_fatal() => {
-                    tracing::error!(plugin = %p.name, error = %e, event = method, "dropping NRI plugin");
-                    p.peer.close().await;
-                    self.drop_plugin(&p.peer);
-                }
+                Err(e) if e.is_fatal() => self.drop_failed(&p, method, &e).await,
                 Err(e) => {
                     let message = match e {
                         CallError::Status { message, .. } => message,
@@ -517,6 +513,19 @@ impl Runtime {
             }
         }
         Ok(out)
+    }
+
+    /// A plugin that is gone (it disconnected: normal) or broken (too slow, garbled: an
+    /// error) is dropped, and the event goes on without it.
+    async fn drop_failed(&self, p: &Plugin, event: &str, e: &CallError) {
+        match e {
+            CallError::Closed => {
+                tracing::info!(plugin = %p.name, event, "NRI plugin gone; dropped")
+            }
+            _ => tracing::error!(plugin = %p.name, error = %e, event, "dropping NRI plugin"),
+        }
+        p.peer.close().await;
+        self.drop_plugin(&p.peer);
     }
 
     /// Like `relay_all` for events whose failure cannot undo anything (post-events, stops,
@@ -687,11 +696,7 @@ impl Runtime {
                 }
                 Ok(_) => {}
                 Err(e) if e.is_unimplemented() => {}
-                Err(e) if e.is_fatal() => {
-                    tracing::error!(plugin = %p.name, error = %e, "dropping NRI plugin");
-                    p.peer.close().await;
-                    self.drop_plugin(&p.peer);
-                }
+                Err(e) if e.is_fatal() => self.drop_failed(&p, event_name(event), &e).await,
                 Err(e) => {
                     return Err(Error::Plugin {
                         plugin: p.name.clone(),
