@@ -60,6 +60,12 @@ async fn main() -> anyhow_free::Result {
         registration_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(5),
     };
+    let result = measure(&settings, events, plugins).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn measure(settings: &Settings, events: usize, plugins: usize) -> anyhow_free::Result {
     let rt = Runtime::start(settings.clone())?;
     let mut conns = Vec::new();
     for i in 0..plugins {
@@ -96,7 +102,6 @@ async fn main() -> anyhow_free::Result {
     figures("CreateContainer (adjustments merged)", create);
     figures("StartContainer", start);
     rt.shutdown().await;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
