@@ -123,6 +123,7 @@ impl Daemon {
             .nri
             .restore(daemon.sandboxes.records(), daemon.containers.records())
             .await;
+        daemon.nri.serve_updates(&daemon.containers);
         daemon.resume();
         daemon.start_streaming().await?;
         Ok(daemon)

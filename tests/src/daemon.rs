@@ -37,7 +37,7 @@ pub struct DaemonOptions {
     /// Extra CNI plugin directory searched before the system ones.
     pub extra_cni_bin: Option<PathBuf>,
     /// Extra TOML appended to the daemon's configuration file; `{cgroup_parent}` is replaced
-    /// by this daemon's cgroup parent. Without a `[pods]` table here, one putting pod cgroups
+    /// by this daemon's cgroup parent and `{dir}` by its directory. Without a `[pods]` table here, one putting pod cgroups
     /// at `{cgroup_parent}/kubepods` is added.
     pub extra_config: String,
 }
@@ -119,7 +119,9 @@ impl TestDaemon {
             state = state.display(),
             conf = conf_dir.display(),
             bins = bin_dirs,
-            extra = extra.replace("{cgroup_parent}", &cgroup_parent),
+            extra = extra
+                .replace("{cgroup_parent}", &cgroup_parent)
+                .replace("{dir}", &dir.display().to_string()),
         );
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config).expect("write config");
