@@ -13,15 +13,23 @@ impl ContainerService {
         let Some(c) = self.containers.read().resolve(id).optional()? else {
             return Ok(());
         };
-        let _op = c.op.lock().await;
-        self.remove_locked(&c).await?;
-        self.containers.write().remove(&c.id);
-        self.events.emit(
-            &c.id,
-            &c.get().sandbox_id,
-            ContainerEventType::ContainerDeletedEvent,
-        );
-        Ok(())
+        let rt = self.clone();
+        crate::detached::run_to_completion(async move {
+            let _op = c.op.lock().await;
+            if !rt.containers.read().by_id.contains_key(&c.id) {
+                return Ok(()); // a concurrent RemoveContainer got there first
+            }
+            // A failure keeps the container listed, so that a later call tries again.
+            rt.remove_locked(&c).await?;
+            rt.containers.write().remove(&c.id);
+            rt.events.emit(
+                &c.id,
+                &c.get().sandbox_id,
+                ContainerEventType::ContainerDeletedEvent,
+            );
+            Ok(())
+        })
+        .await
     }
 
     pub(super) async fn remove_locked(&self, c: &Container) -> Result<()> {

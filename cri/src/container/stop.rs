@@ -15,9 +15,13 @@ impl ContainerService {
         let Some(c) = self.containers.read().resolve(id).optional()? else {
             return Ok(());
         };
-        let _op = c.op.lock().await;
-        self.stop_locked(&c, Duration::from_secs(timeout_s.max(0) as u64))
-            .await
+        let rt = self.clone();
+        crate::detached::run_to_completion(async move {
+            let _op = c.op.lock().await;
+            rt.stop_locked(&c, Duration::from_secs(timeout_s.max(0) as u64))
+                .await
+        })
+        .await
     }
 
     pub(super) async fn stop_locked(&self, c: &Container, grace: Duration) -> Result<()> {

@@ -7,6 +7,7 @@ use crate::cgroups;
 use crate::error::{Error, Result};
 use crate::network::files;
 use crate::shim::Shim;
+use crate::store::names::{self, Claim};
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
 use peapod_proto::v1::{ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
@@ -83,6 +84,8 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str, handler_name: &str
 
 impl SandboxService {
     /// RunPodSandbox. On any failure everything made so far is removed and the name released.
+    /// The work runs to its end even if the caller goes away; an identical retry (same
+    /// config, same handler) gets the first call's sandbox.
     pub async fn run(
         self: &Arc<Self>,
         config: PodSandboxConfig,
@@ -90,12 +93,46 @@ impl SandboxService {
     ) -> Result<String> {
         validate(&config, &runtime_handler, &self.runtime_handler_name())?;
         let name = SandboxRecord::name_of(&config);
-        let id = {
-            let mut table = self.sandboxes.write();
-            let id = table.ids.generate_unique(&Default::default());
-            table.names.reserve(&name, &id, "pod sandbox")?;
-            id
-        };
+        let digest = names::digest(&(&config, &runtime_handler));
+        loop {
+            let (id, claim) = {
+                let mut table = self.sandboxes.write();
+                let id = table.ids.generate_unique(&Default::default());
+                let claim = table.names.claim(&name, &id, digest, "pod sandbox")?;
+                (id, claim)
+            };
+            match claim {
+                Claim::Same { id, settled } => {
+                    names::settled(settled).await;
+                    if self.sandboxes.read().by_id.contains_key(&id) {
+                        tracing::info!(sandbox = %id, "an identical RunPodSandbox: its sandbox");
+                        return Ok(id);
+                    }
+                    // The first call failed and freed the name: this one makes the sandbox.
+                }
+                Claim::New(settle) => {
+                    let rt = self.clone();
+                    let (config, handler) = (config.clone(), runtime_handler.clone());
+                    return crate::detached::run_to_completion(async move {
+                        let result = rt.run_reserved(id, name, digest, config, handler).await;
+                        drop(settle);
+                        result
+                    })
+                    .await;
+                }
+            }
+        }
+    }
+
+    /// RunPodSandbox once the name is reserved for `id`.
+    async fn run_reserved(
+        self: &Arc<Self>,
+        id: String,
+        name: String,
+        digest: u64,
+        config: PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String> {
         // The call's span (server::rpc) has a field for the id it did not know yet.
         tracing::Span::current().record("sandbox", id.as_str());
         let (net, _, ipc) = namespace_modes(&config);
@@ -123,6 +160,7 @@ impl SandboxService {
             shm: (ipc != NamespaceMode::Node).then(|| dir.join("shm")),
             dir,
             rootfs_mounted: false,
+            request_digest: digest,
         };
         let sandbox = self.sandboxes.entry(record);
         match self.create_sandbox(&sandbox, net).await {
@@ -137,13 +175,33 @@ impl SandboxService {
             }
             Err(err) => {
                 tracing::warn!(error = %err, "RunPodSandbox failed; removing what it made");
-                if let Err(cleanup) = self.destroy_sandbox(&sandbox).await {
-                    tracing::error!(error = %cleanup, "cleaning up a failed sandbox");
+                match self.destroy_sandbox(&sandbox).await {
+                    Ok(()) => {
+                        self.sandboxes.write().names.release(&name, &id);
+                        Err(err)
+                    }
+                    Err(cleanup) => Err(self.keep_half_made(&sandbox, err, cleanup)),
                 }
-                self.sandboxes.write().names.release(&name, &id);
-                Err(err)
             }
         }
+    }
+
+    /// A failed RunPodSandbox whose cleanup failed too: the sandbox stays listed (NOTREADY,
+    /// its name still reserved to it) so that RemovePodSandbox retries the cleanup, and the
+    /// error names both failures.
+    fn keep_half_made(&self, sandbox: &Arc<Sandbox>, err: Error, cleanup: Error) -> Error {
+        tracing::error!(error = %cleanup, "cleaning up a failed sandbox; it stays for RemovePodSandbox");
+        if let Err(e) = sandbox.update(|r| r.state = SandboxState::NotReady) {
+            tracing::error!(error = %e, "persisting a half-made sandbox as not ready");
+        }
+        self.sandboxes.write().insert(sandbox.clone());
+        Error::new(
+            err.code(),
+            format!(
+                "{err}; cleaning up failed too ({cleanup}): pod sandbox {} is kept NOTREADY for RemovePodSandbox",
+                sandbox.id
+            ),
+        )
     }
 
     pub(super) async fn create_sandbox(

@@ -3,6 +3,14 @@
 //! Each record is one JSON file replaced atomically (temporary file, fsync, rename), so a
 //! crash leaves the old or the new record, never a torn one. The in-memory tables hold the
 //! records plus what only lives while the daemon runs (locks, watchers).
+//!
+//! Lock order (always taken in this order, never the other way round):
+//! 1. a sandbox's `op`, then its `members` (exclusive in Stop/RemovePodSandbox, shared in
+//!    CreateContainer), then a container's `op`;
+//! 2. the sandbox table's lock before the container table's lock, each held only for a
+//!    lookup or an insert/remove: never across an `.await` or disk I/O;
+//! 3. an entry's record lock is innermost, and held only to read or swap the record in
+//!    memory (see `Entry::update`).
 
 pub mod container;
 pub mod names;

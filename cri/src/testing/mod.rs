@@ -2,6 +2,8 @@
 //! that builds the daemon core on them and calls it through the CRI service, as a client
 //! would. No root, no shim, no runc, no CNI.
 
+#[cfg(test)]
+mod cancel_tests;
 pub mod fakes;
 
 use crate::config::Config;
@@ -122,8 +124,12 @@ impl Harness {
     }
 
     pub async fn run_pod(&self, name: &str) -> Result<String, Status> {
+        self.run_pod_with(self.pod_config(name)).await
+    }
+
+    pub async fn run_pod_with(&self, config: cri::PodSandboxConfig) -> Result<String, Status> {
         let req = cri::RunPodSandboxRequest {
-            config: Some(self.pod_config(name)),
+            config: Some(config),
             runtime_handler: String::new(),
         };
         let resp = self.cri.run_pod_sandbox(Request::new(req)).await?;
