@@ -116,13 +116,13 @@ impl Daemon {
             runtime_rro: runtime_supports_rro(&config.runtime.path).await,
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
-        daemon.resume();
+        crate::recovery::recover(&daemon).await;
         daemon.start_streaming().await?;
         Ok(daemon)
     }
 
-    /// After a (re)start: follow the pods and containers that were running when the daemon
-    /// went away, and reload what exec keeps in memory.
+    /// After a (re)start and `recovery`: follow the pods and containers that were running
+    /// when the daemon went away, and reload what exec keeps in memory.
     pub fn resume(&self) {
         self.sandboxes.resume();
         self.containers.resume();
@@ -138,8 +138,7 @@ impl Daemon {
     ) -> Result<Arc<Daemon>> {
         prepare_dirs(&config)?;
         let pause_rootfs = crate::pause::materialize(&config.root.join("pause"))?;
-        // A sandbox left in `Creating` by a crash is kept (listed as not ready) for
-        // RemovePodSandbox to clean.
+        // Records a crash left half-made are loaded too: `recovery` rolls them back.
         let sandbox_records = Arc::new(SandboxRecords::load(&config.root, "sandboxes")?);
         let container_records = Arc::new(ContainerRecords::load(&config.root, "containers")?);
         let events = Arc::new(Events::new(

@@ -9,6 +9,7 @@
 //! - `server/`: the CRI gRPC services (one file per group of calls) and `serve`;
 //! - `daemon`: builds the services from the config and holds them;
 //! - `detached`: lifecycle work that finishes even when its caller's future is dropped;
+//! - `recovery`: recovery at start (its header states the invariants);
 //! - `sandbox/`: pod sandboxes — `SandboxService`, one file per call (run, stop, remove,
 //!   status, list), the pause's spec and image, watching pause exits;
 //! - `container/`: app containers — `ContainerService`, one file per call (create, start,
@@ -51,6 +52,7 @@ pub mod network;
 pub mod oom_score;
 pub mod paths;
 pub mod pause;
+pub mod recovery;
 pub mod runtime_spec;
 pub mod sandbox;
 pub mod server;

@@ -307,7 +307,7 @@ async fn a_restarted_daemon_keeps_records_names_exits_and_exec() {
     let pod = h.run_pod("web").await.unwrap();
     let c = h.run_container(&pod, "app").await;
 
-    h.restart();
+    h.restart().await;
     assert_eq!(h.pods().await.len(), 1);
     assert_eq!(
         h.container_state(&c).await,

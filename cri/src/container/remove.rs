@@ -2,7 +2,7 @@
 
 use super::ContainerService;
 use crate::error::{Error, Optional, Result};
-use crate::store::container::{Container, ContainerState};
+use crate::store::container::{Container, ContainerRecord, ContainerState};
 use peapod_proto::v1::ContainerEventType;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,11 +41,17 @@ impl ContainerService {
         match self.shims.get(&rec.sandbox_id).await {
             Ok(shim) => {
                 shim.delete(&rec.id, "").await.optional()?;
+                crate::failpoint::hit("container.remove.after-runtime-delete").await;
             }
             Err(e) => {
                 tracing::debug!(container = %rec.id, error = %e, "no shim to delete the task in")
             }
         }
+        self.release_files(&rec).await
+    }
+
+    /// Image volumes, the rootfs, the directories and with them the record.
+    pub(super) async fn release_files(&self, rec: &ContainerRecord) -> Result<()> {
         self.release_image_volumes(&rec.image_volumes).await?;
         self.images.remove_rootfs(&rec.id, &rec.rootfs).await?;
         for dir in [

@@ -51,6 +51,7 @@ impl ContainerService {
             tracing::info!(container = %rec.id, ?grace, "stop signal not heeded; sending SIGKILL");
         }
         shim.kill(&rec.id, "", libc::SIGKILL as u32, true).await?;
+        crate::failpoint::hit("container.stop.after-kill").await;
         match tokio::time::timeout(KILL_TIMEOUT, shim.wait(&rec.id, "")).await {
             Ok(exit) => {
                 let exit = exit?;

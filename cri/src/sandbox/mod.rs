@@ -7,6 +7,7 @@
 mod lifecycle_tests;
 mod list;
 mod pause_image;
+mod recover;
 mod remove;
 mod run;
 pub mod spec;
@@ -14,6 +15,7 @@ mod status;
 mod stop;
 mod watch;
 
+pub use recover::SandboxRecovery;
 pub use status::verbose_info;
 
 use crate::config::CgroupDriver;

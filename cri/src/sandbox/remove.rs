@@ -51,6 +51,7 @@ impl SandboxService {
         if let Err(e) = self.teardown_network(sandbox, true).await {
             tracing::warn!(error = %e, "CNI DEL failed on remove; the network namespace is removed anyway");
         }
+        crate::failpoint::hit("sandbox.remove.after-cni-del").await;
         let rec = sandbox.get();
         if let Some(shm) = &rec.shm {
             self.host.unmount(shm)?;
@@ -58,6 +59,7 @@ impl SandboxService {
         if let Some(shim) = self.live_shim(sandbox).await {
             shim.delete(&sandbox.id, "").await.optional()?;
             shim.shutdown_and_wait().await?;
+            crate::failpoint::hit("sandbox.remove.after-shim-shutdown").await;
         }
         self.shims.forget(&sandbox.id);
         if rec.rootfs_mounted {

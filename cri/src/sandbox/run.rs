@@ -214,21 +214,35 @@ impl SandboxService {
         std::fs::create_dir_all(&rec.dir).map_err(|e| Error::path("create", &rec.dir, e))?;
         // Persisted first, so that a crash half-way leaves a record to clean up from.
         sandbox.update(|_| {})?;
+        crate::failpoint::hit("sandbox.run.after-record").await;
 
         let started = std::time::Instant::now();
         // The pause container needs only the namespace to exist, not the network in it: CNI
         // runs while the shim and the pause container start.
         if net != NamespaceMode::Node {
-            let path = self.host.pin_netns(&self.paths.netns_dir(), &id)?;
-            sandbox.update(|r| r.netns = Some(path))?;
+            // The intent first: a crash after the pin leaves a record naming the namespace.
+            let netns_dir = self.paths.netns_dir();
+            let planned = netns_dir.join(&id);
+            sandbox.update(|r| r.netns = Some(planned.clone()))?;
+            let path = self.host.pin_netns(&netns_dir, &id)?;
+            if path != planned {
+                sandbox.update(|r| r.netns = Some(path))?;
+            }
+            crate::failpoint::hit("sandbox.run.after-netns").await;
         }
         let rec = sandbox.get();
         let network = async {
             if let Some(path) = &rec.netns {
-                let attachment = self.network.setup(&id, path, &rec.config).await?;
-                let ips = crate::network::cni::result_ips(&attachment.result);
+                // "CNI ADD started", with everything DEL needs, before ADD runs.
+                let plan = self.network.plan(&id, &rec.config)?;
+                sandbox.update(|r| r.cni = Some(plan.clone()))?;
+                let result = self.network.setup(&id, path, &plan).await?;
+                crate::failpoint::hit("sandbox.run.after-cni-add").await;
+                let ips = crate::network::cni::result_ips(&result);
                 sandbox.update(|r| {
-                    r.cni = Some(attachment);
+                    if let Some(c) = r.cni.as_mut() {
+                        c.result = result;
+                    }
                     r.ips = ips;
                 })?;
             }
@@ -236,8 +250,10 @@ impl SandboxService {
         };
         let pause = async {
             let shim = self.shims.start(&id, &rec.dir.join("shim.log")).await?;
+            crate::failpoint::hit("sandbox.run.after-shim-start").await;
             let shim_time = started.elapsed();
             let pid = self.start_pause(sandbox, shim.as_ref()).await?;
+            crate::failpoint::hit("sandbox.run.after-pause-start").await;
             Ok::<_, Error>((pid, shim_time, started.elapsed()))
         };
         let (network, pause) = tokio::join!(network, pause);

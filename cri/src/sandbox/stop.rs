@@ -38,6 +38,7 @@ impl SandboxService {
             // Kept in the record: RemovePodSandbox tries again.
             tracing::warn!(error = %e, "CNI DEL failed; will retry on remove");
         }
+        crate::failpoint::hit("sandbox.stop.after-cni-del").await;
         if let Some(shm) = sandbox.get().shm {
             self.host.unmount(&shm)?;
         }

@@ -311,6 +311,11 @@ impl FakeShims {
     pub fn shim(&self, sandbox_id: &str) -> Option<Arc<FakeShim>> {
         lock(&self.live).get(sandbox_id).cloned()
     }
+
+    /// Every shim vanishes with its tasks (a reboot, or each killed).
+    pub fn vanish_all(&self) {
+        lock(&self.live).clear();
+    }
 }
 
 #[async_trait]
@@ -370,22 +375,26 @@ pub const POD_IP: &str = "10.88.0.7";
 
 #[async_trait]
 impl PodNetwork for FakeNetwork {
-    async fn setup(
-        &self,
-        sandbox_id: &str,
-        _netns: &Path,
-        _config: &PodSandboxConfig,
-    ) -> Result<CniAttachment> {
-        self.faults.pass("cni.add").await?;
-        lock(&self.attached).insert(sandbox_id.to_string());
+    fn plan(&self, _sandbox_id: &str, _config: &PodSandboxConfig) -> Result<CniAttachment> {
         Ok(CniAttachment {
             network: serde_json::json!({"name": "fake", "cniVersion": "1.0.0", "plugins": []}),
-            result: serde_json::json!({"ips": [{"address": format!("{POD_IP}/16")}]}),
+            result: serde_json::Value::Null,
             ifname: "eth0".into(),
             args: Vec::new(),
             runtime_config: serde_json::Value::Null,
             deleted: false,
         })
+    }
+
+    async fn setup(
+        &self,
+        sandbox_id: &str,
+        _netns: &Path,
+        _plan: &CniAttachment,
+    ) -> Result<serde_json::Value> {
+        self.faults.pass("cni.add").await?;
+        lock(&self.attached).insert(sandbox_id.to_string());
+        Ok(serde_json::json!({"ips": [{"address": format!("{POD_IP}/16")}]}))
     }
 
     async fn teardown(&self, sandbox_id: &str, _netns: &Path, _cni: &CniAttachment) -> Result<()> {
@@ -518,6 +527,10 @@ impl Images for FakeImages {
             std::fs::remove_dir_all(target).map_err(|e| Error::path("remove", target, e))?;
         }
         Ok(())
+    }
+
+    fn rootfs_ids(&self) -> Vec<String> {
+        self.rootfs_owners().into_iter().collect()
     }
 
     async fn add_pinned_local_image(

@@ -1,0 +1,143 @@
+//! The container side of recovery at start (see `crate::recovery` for the invariants):
+//! half-made containers are rolled back, and every created or running one is checked against
+//! its pod's shim.
+
+use super::ContainerService;
+use crate::error::{Optional, Result};
+use crate::store::container::{Container, ContainerState};
+use containerd_shim_protos::types::task::Status;
+use peapod_shim::protocol::ExitRecord;
+use peapod_shim::timefmt;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// What [`ContainerService::recover`] did, for the start-up log and tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ContainerRecovery {
+    pub rolled_back: usize,
+    /// Created or running containers whose shim (or task) is gone: now exited.
+    pub lost: usize,
+    /// Created in the record, started in the runtime (a crash between the two).
+    pub found_running: usize,
+}
+
+impl ContainerService {
+    /// Reconciles every container record with the runtime; call before serving.
+    pub async fn recover(self: &Arc<Self>) -> ContainerRecovery {
+        let mut report = ContainerRecovery::default();
+        for c in self.containers.all() {
+            let rec = c.get();
+            match rec.state {
+                ContainerState::Creating => match self.roll_back(&c).await {
+                    Ok(()) => report.rolled_back += 1,
+                    Err(e) => {
+                        tracing::error!(container = %c.id, error = %e, "rolling back a half-made container; it stays EXITED for RemoveContainer");
+                        self.mark_lost(&c, &format!("half-made before a restart: {e}"));
+                    }
+                },
+                ContainerState::Created | ContainerState::Running => {
+                    match self.reconcile(&c).await {
+                        Reconciled::Lost => report.lost += 1,
+                        Reconciled::FoundRunning => report.found_running += 1,
+                        Reconciled::AsRecorded => {}
+                    }
+                }
+                ContainerState::Exited | ContainerState::Unknown => {}
+            }
+        }
+        report
+    }
+
+    /// Removes a container a crash left half-made (record in `Creating`), and its record.
+    async fn roll_back(&self, c: &Arc<Container>) -> Result<()> {
+        let rec = c.get();
+        if let Ok(shim) = self.shims.get(&rec.sandbox_id).await {
+            shim.delete(&rec.id, "").await.optional()?;
+        }
+        self.release_files(&rec).await?;
+        self.processes.forget(&rec.id);
+        self.containers.write().remove(&rec.id);
+        tracing::info!(container = %rec.id, "rolled back a container a crash left half-made");
+        Ok(())
+    }
+
+    async fn reconcile(&self, c: &Arc<Container>) -> Reconciled {
+        let rec = c.get();
+        let state = match self.shims.get(&rec.sandbox_id).await {
+            Ok(shim) => shim.state(&rec.id, "").await.optional(),
+            Err(e) => Err(e),
+        };
+        let state = match state {
+            Ok(Some(s)) => s,
+            Ok(None) | Err(_) => {
+                // Its exit may have been recorded durably before the shim went away.
+                if rec.state == ContainerState::Running {
+                    if let Some(exit) = ExitRecord::read(&rec.exit_file).ok().flatten() {
+                        self.record_exit(c, exit.exit_code, exit.exited_at_ns);
+                        return Reconciled::Lost;
+                    }
+                }
+                self.mark_lost(
+                    c,
+                    "its pod's shim was gone when the daemon started (a reboot or a crash)",
+                );
+                return Reconciled::Lost;
+            }
+        };
+        if rec.state != ContainerState::Created {
+            // Running: the exit watcher `resume` starts asks the shim for the exit.
+            return Reconciled::AsRecorded;
+        }
+        match state.status {
+            Status::RUNNING | Status::PAUSED | Status::PAUSING => {
+                // Started by a StartContainer that the daemon's end interrupted.
+                let updated = c.update(|r| {
+                    r.state = ContainerState::Running;
+                    r.pid = state.pid;
+                    r.started_at_ns = timefmt::now_ns();
+                });
+                if let Err(e) = updated {
+                    tracing::error!(container = %c.id, error = %e, "persisting a found start");
+                }
+                Reconciled::FoundRunning
+            }
+            Status::STOPPED => {
+                // It was started and has exited since: report it as that exit.
+                let _ = c.update(|r| r.state = ContainerState::Running);
+                let (code, at) = state
+                    .exit
+                    .map_or((137, timefmt::now_ns()), |e| (e.code as i32, e.at_ns));
+                self.record_exit(c, code, at);
+                Reconciled::FoundRunning
+            }
+            _ => Reconciled::AsRecorded,
+        }
+    }
+
+    /// A created or running container whose shim is gone: exited (137, as if killed).
+    fn mark_lost(&self, c: &Container, why: &str) {
+        let message = why.to_string();
+        if let Err(e) = c.update(|r| {
+            r.state = ContainerState::Exited;
+            if r.exit_code == 0 {
+                r.exit_code = 137;
+            }
+            r.reason = "Error".into();
+            r.message = message;
+            r.finished_at_ns = timefmt::now_ns();
+        }) {
+            tracing::error!(container = %c.id, error = %e, "persisting a lost container");
+        }
+    }
+
+    /// The ids of every container with a record.
+    pub(crate) fn known_ids(&self) -> HashSet<String> {
+        self.containers.read().by_id.keys().cloned().collect()
+    }
+}
+
+enum Reconciled {
+    AsRecorded,
+    Lost,
+    FoundRunning,
+}

@@ -1,0 +1,71 @@
+//! Recovery at start: the records are made true again before the daemon serves a call.
+//!
+//! The daemon may end at any instruction (kill -9, a crash, a reboot). Every lifecycle step
+//! writes what it is about to make into its object's record before making it (intent before
+//! side effect: the netns path before the pin, the CNI plan before ADD, the shim socket and
+//! the rootfs target in the record before the shim or the mount, a container's record in
+//! `Creating` before its rootfs and its runtime create), so a record always names a superset
+//! of what exists. From that, at start:
+//!
+//! 1. A container record in `Creating` is a half-made container: its runtime task (if any),
+//!    image volumes, rootfs, directories and record are removed; its name is free again.
+//! 2. A created or running container whose pod's shim or task is gone becomes EXITED: with
+//!    the code and time of the shim's durable exit record if it wrote one, else 137 now. A
+//!    created container the runtime shows started (StartContainer was cut short) is RUNNING.
+//!    A running one with a live shim keeps running, with its recorded started_at; its exit,
+//!    if it happened while the daemon was down, comes from the shim (code and time).
+//! 3. A sandbox record in `Creating` is a half-made sandbox: the cleanup of a failed
+//!    RunPodSandbox runs (kill pause, CNI DEL if ADD was started, unpin, unmount, shim
+//!    shutdown, directories, record). If that fails the sandbox is kept NOTREADY, so that
+//!    RemovePodSandbox finishes it.
+//! 4. A READY sandbox whose shim or pause is gone (a reboot: the state directory is empty, no
+//!    shims, no processes) becomes NOTREADY; RemovePodSandbox then releases what is left,
+//!    CNI DEL included (DEL tolerates a namespace that no longer exists).
+//! 5. Orphans no record claims are removed: pinned namespaces under the state directory,
+//!    image-store root filesystems, and per-object directories under root and state.
+//! 6. Then the watchers start: pause exits, container exits, exec's process specs.
+//!
+//! What is not done here: killing processes of a shim that is gone, through the OCI runtime
+//! directly (the dead-shim path of Stop/Remove does that when the object is removed).
+
+use crate::container::ContainerRecovery;
+use crate::daemon::Daemon;
+use crate::sandbox::SandboxRecovery;
+use std::time::Instant;
+
+/// What recovery found and did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    pub containers: ContainerRecovery,
+    pub sandboxes: SandboxRecovery,
+    pub elapsed_ms: u64,
+}
+
+/// Reconciles the records with the host; the daemon serves nothing until it returns.
+pub async fn recover(daemon: &Daemon) -> Recovery {
+    let started = Instant::now();
+    let containers = daemon.containers.recover().await;
+    let mut sandboxes = daemon.sandboxes.recover().await;
+    sandboxes.orphans = daemon
+        .sandboxes
+        .sweep_orphans(&daemon.containers.known_ids())
+        .await;
+    daemon.resume();
+    let report = Recovery {
+        containers,
+        sandboxes,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    };
+    tracing::info!(
+        elapsed_ms = report.elapsed_ms,
+        pods_ready = report.sandboxes.ready,
+        pods_lost = report.sandboxes.lost,
+        pods_rolled_back = report.sandboxes.rolled_back,
+        containers_lost = report.containers.lost,
+        containers_found_running = report.containers.found_running,
+        containers_rolled_back = report.containers.rolled_back,
+        orphans = report.sandboxes.orphans.len(),
+        "recovery at start done"
+    );
+    report
+}
