@@ -7,26 +7,27 @@
 //! `Creating` before its rootfs and its runtime create), so a record always names a superset
 //! of what exists. From that, at start:
 //!
-//! 1. A container record in `Creating` is a half-made container: its runtime task (if any),
-//!    image volumes, rootfs, directories and record are removed; its name is free again.
-//! 2. A created or running container whose pod's shim or task is gone becomes EXITED: with
-//!    the code and time of the shim's durable exit record if it wrote one, else 137 now. A
-//!    created container the runtime shows started (StartContainer was cut short) is RUNNING.
-//!    A running one with a live shim keeps running, with its recorded started_at; its exit,
-//!    if it happened while the daemon was down, comes from the shim (code and time).
-//! 3. A sandbox record in `Creating` is a half-made sandbox: the cleanup of a failed
-//!    RunPodSandbox runs (kill pause, CNI DEL if ADD was started, unpin, unmount, shim
-//!    shutdown, directories, record). If that fails the sandbox is kept NOTREADY, so that
+//! 1. A sandbox record in `Creating` is a half-made sandbox: the cleanup of a failed
+//!    RunPodSandbox runs (its containers, kill pause, CNI DEL if ADD was started, unpin,
+//!    unmount, shim shutdown, the pause through the OCI runtime in case its create was under
+//!    way, directories, record). If that fails the sandbox is kept NOTREADY, so that
 //!    RemovePodSandbox finishes it.
-//! 4. A READY sandbox whose shim or pause is gone (a reboot: the state directory is empty, no
-//!    shims, no processes) becomes NOTREADY; RemovePodSandbox then releases what is left,
-//!    CNI DEL included (DEL tolerates a namespace that no longer exists).
+//! 2. A sandbox whose shim is gone (a reboot: the state directory is empty, no shims, no
+//!    processes; or the shim died while the daemon was down) is settled as a dead shim: what
+//!    the OCI runtime still has of it is killed and deleted, its containers become EXITED
+//!    (the shim's durable exit record if it wrote one, else 137 `ShimDied`), the pod
+//!    NOTREADY. RemovePodSandbox then releases what is left, CNI DEL included (DEL
+//!    tolerates a namespace that no longer exists). A READY sandbox whose pause is gone but
+//!    whose shim answers becomes NOTREADY.
+//! 3. A container record in `Creating` is a half-made container: its runtime task (if any),
+//!    image volumes, rootfs, directories and record are removed; its name is free again.
+//! 4. A created container the runtime shows started (StartContainer was cut short) is
+//!    RUNNING (or EXITED with the runtime's exit, if it ended since). A running one with a
+//!    live shim keeps running, with its recorded started_at; its exit, if it happened while
+//!    the daemon was down, comes from the shim (code and time).
 //! 5. Orphans no record claims are removed: pinned namespaces under the state directory,
 //!    image-store root filesystems, and per-object directories under root and state.
 //! 6. Then the watchers start: pause exits, container exits, exec's process specs.
-//!
-//! What is not done here: killing processes of a shim that is gone, through the OCI runtime
-//! directly (the dead-shim path of Stop/Remove does that when the object is removed).
 
 use crate::container::ContainerRecovery;
 use crate::daemon::Daemon;
@@ -44,8 +45,8 @@ pub struct Recovery {
 /// Reconciles the records with the host; the daemon serves nothing until it returns.
 pub async fn recover(daemon: &Daemon) -> Recovery {
     let started = Instant::now();
-    let containers = daemon.containers.recover().await;
     let mut sandboxes = daemon.sandboxes.recover().await;
+    let containers = daemon.containers.recover().await;
     sandboxes.orphans = daemon
         .sandboxes
         .sweep_orphans(&daemon.containers.known_ids())

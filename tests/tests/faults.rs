@@ -52,7 +52,10 @@ impl Scene {
     /// The call the failpoint is in has been made (and failed: the daemon died in it). Waits
     /// for the death, starts the daemon again without failpoints and checks the survivor.
     async fn after_crash<T: std::fmt::Debug>(&mut self, call: Result<T, tonic::Status>) {
-        assert!(call.is_err(), "the call should have died with the daemon: {call:?}");
+        assert!(
+            call.is_err(),
+            "the call should have died with the daemon: {call:?}"
+        );
         assert!(
             self.d.wait_daemon_exit(WAIT),
             "the daemon did not exit at the failpoint; log:\n{}",
@@ -214,9 +217,17 @@ impl Scene {
     async fn finish(mut self) {
         for (_, id) in self.pods().await {
             let stopped = self.stop_pod(&id).await;
-            assert!(stopped.is_ok(), "StopPodSandbox {id}: {stopped:?}\n{}", self.d.log());
+            assert!(
+                stopped.is_ok(),
+                "StopPodSandbox {id}: {stopped:?}\n{}",
+                self.d.log()
+            );
             let removed = self.remove_pod(&id).await;
-            assert!(removed.is_ok(), "RemovePodSandbox {id}: {removed:?}\n{}", self.d.log());
+            assert!(
+                removed.is_ok(),
+                "RemovePodSandbox {id}: {removed:?}\n{}",
+                self.d.log()
+            );
         }
         let left = self.d.leftovers();
         assert!(left.is_empty(), "{left:#?}\n{}", self.d.log());
@@ -242,27 +253,50 @@ async fn expired_deadlines_on_run_create_start_then_identical_retries_make_one_o
     let first = tokio::time::timeout(short, s.run_pod("victim")).await;
     assert!(first.is_err(), "the deadline expires first");
     let pod = s.run_pod("victim").await.expect("the identical retry");
-    let victims: Vec<_> = s.pods().await.into_iter().filter(|(n, _)| n == "victim").collect();
-    assert_eq!(victims, vec![("victim".to_string(), pod.clone())], "one pod");
-    assert_eq!(s.pod_state(&pod).await, Some(cri::PodSandboxState::SandboxReady));
-    let again = s.run_pod("victim").await.expect("a retry after it finished");
+    let victims: Vec<_> = s
+        .pods()
+        .await
+        .into_iter()
+        .filter(|(n, _)| n == "victim")
+        .collect();
+    assert_eq!(
+        victims,
+        vec![("victim".to_string(), pod.clone())],
+        "one pod"
+    );
+    assert_eq!(
+        s.pod_state(&pod).await,
+        Some(cri::PodSandboxState::SandboxReady)
+    );
+    let again = s
+        .run_pod("victim")
+        .await
+        .expect("a retry after it finished");
     assert_eq!(again, pod);
 
     let config = e2e::fixtures::sandbox_config("victim", &s.d.cgroup_parent);
     let mut config = config;
     config.log_directory = s.d.dir.join("logs").join("victim").display().to_string();
-    let victim = Pod { id: pod.clone(), config };
+    let victim = Pod {
+        id: pod.clone(),
+        config,
+    };
     let app = s.app("app");
     let first = tokio::time::timeout(short, s.d.create(&victim, app.clone())).await;
     assert!(first.is_err(), "the deadline expires first");
-    let c = s.d.create(&victim, app.clone()).await.expect("the identical retry");
+    let c =
+        s.d.create(&victim, app.clone())
+            .await
+            .expect("the identical retry");
     let before = s.containers().await.len();
     assert_eq!(s.d.create(&victim, app).await.expect("once more"), c);
     assert_eq!(s.containers().await.len(), before, "one container");
 
     let first = tokio::time::timeout(short, s.d.start_container(&c)).await;
     assert!(first.is_err(), "the deadline expires first");
-    s.d.start_container(&c).await.expect("the retry of the start");
+    s.d.start_container(&c)
+        .await
+        .expect("the retry of the start");
     let st = s.d.container_status(&c).await;
     assert_eq!(st.state, cri::ContainerState::ContainerRunning as i32);
 
@@ -280,10 +314,17 @@ async fn run_pod_sandbox_dies_at(name: &str, failpoint: &str) {
     let call = s.run_pod("victim").await;
     s.after_crash(call).await;
     let names: Vec<String> = s.pods().await.into_iter().map(|(n, _)| n).collect();
-    assert_eq!(names, vec!["survivor".to_string()], "the half-made pod is gone");
+    assert_eq!(
+        names,
+        vec!["survivor".to_string()],
+        "the half-made pod is gone"
+    );
     s.only_the_survivor_is_networked();
     let pod = s.run_pod("victim").await.expect("the name is free again");
-    assert_eq!(s.pod_state(&pod).await, Some(cri::PodSandboxState::SandboxReady));
+    assert_eq!(
+        s.pod_state(&pod).await,
+        Some(cri::PodSandboxState::SandboxReady)
+    );
     s.finish().await;
 }
 
@@ -322,8 +363,15 @@ async fn create_container_dies_at(name: &str, failpoint: &str) {
     let call = s.d.create(&survivor, app.clone()).await;
     s.after_crash(call).await;
     let ids: Vec<String> = s.containers().await.into_iter().map(|(id, _)| id).collect();
-    assert_eq!(ids, vec![s.survivor_app.clone()], "the half-made container is gone");
-    let c = s.d.create(&survivor, app).await.expect("the name is free again");
+    assert_eq!(
+        ids,
+        vec![s.survivor_app.clone()],
+        "the half-made container is gone"
+    );
+    let c =
+        s.d.create(&survivor, app)
+            .await
+            .expect("the name is free again");
     s.d.start_container(&c).await.expect("and it starts");
     s.finish().await;
 }
@@ -354,8 +402,14 @@ async fn killed_after_the_runtime_start() {
     let call = s.d.start_container(&c).await;
     s.after_crash(call).await;
     let st = s.d.container_status(&c).await;
-    assert_eq!(st.state, cri::ContainerState::ContainerRunning as i32, "found running");
-    s.d.start_container(&c).await.expect("a retry of the start is fine");
+    assert_eq!(
+        st.state,
+        cri::ContainerState::ContainerRunning as i32,
+        "found running"
+    );
+    s.d.start_container(&c)
+        .await
+        .expect("a retry of the start is fine");
     s.stop_container(&c).await.expect("and it stops");
     let st = s.d.wait_exited(&c, WAIT).await;
     assert_eq!(st.exit_code, 137);
@@ -387,7 +441,9 @@ async fn killed_after_the_runtime_delete() {
     s.after_crash(call).await;
     let listed = s.containers().await;
     assert!(
-        listed.iter().any(|(id, st)| *id == c && *st == cri::ContainerState::ContainerExited as i32),
+        listed
+            .iter()
+            .any(|(id, st)| *id == c && *st == cri::ContainerState::ContainerExited as i32),
         "still listed, exited, for the remove to finish: {listed:?}"
     );
     s.remove_container(&c).await.expect("the remove finishes");
@@ -402,7 +458,10 @@ async fn killed_after_cni_del_of_a_stop() {
     s.arm("sandbox.stop.after-cni-del").await;
     let call = s.stop_pod(&victim).await;
     s.after_crash(call).await;
-    assert_eq!(s.pod_state(&victim).await, Some(cri::PodSandboxState::SandboxNotready));
+    assert_eq!(
+        s.pod_state(&victim).await,
+        Some(cri::PodSandboxState::SandboxNotready)
+    );
     s.only_the_survivor_is_networked();
     s.finish().await;
 }
@@ -465,8 +524,7 @@ async fn after_a_reboot_pods_are_not_ready_and_removal_releases_everything() {
     let log = s.d.log();
     let recovery = log
         .lines()
-        .filter(|l| l.contains("recovery at start done"))
-        .last()
+        .rfind(|l| l.contains("recovery at start done"))
         .unwrap_or_default()
         .to_string();
     println!("recovery after a reboot with {} pods: {recovery}", pods + 1);
@@ -484,6 +542,10 @@ async fn after_a_reboot_pods_are_not_ready_and_removal_releases_everything() {
     assert_eq!(st.state, cri::ContainerState::ContainerExited as i32);
     // Removal runs CNI DEL: the IPAM reservations (kept in a persistent directory, like
     // /var/lib/cni) go with the pods.
-    assert_eq!(s.ip_reservations(), pods + 1, "reservations outlive the reboot");
+    assert_eq!(
+        s.ip_reservations(),
+        pods + 1,
+        "reservations outlive the reboot"
+    );
     s.finish().await;
 }

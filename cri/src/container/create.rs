@@ -167,6 +167,7 @@ impl ContainerService {
         {
             Ok(entry) => {
                 self.containers.write().insert(entry);
+                self.nri.post_create_container(id).await;
                 self.events
                     .emit(id, &srec.id, ContainerEventType::ContainerCreatedEvent);
                 tracing::info!("container created");
@@ -174,6 +175,7 @@ impl ContainerService {
             }
             Err(err) => {
                 tracing::warn!(error = %err, "CreateContainer failed; removing what it made");
+                self.nri.undo_create_container(id).await;
                 match self.unmake_container(id, srec, &made).await {
                     Ok(()) => {
                         self.containers.write().names.release(name, id);
@@ -291,7 +293,7 @@ impl ContainerService {
         };
         // The intent: directories, the rootfs mount target and the runtime's container id.
         let entry = self.containers.entry(record);
-        entry.update(|_| {})?;
+        entry.create_file()?;
         made.entry = Some(entry.clone());
         crate::failpoint::hit("container.create.after-record").await;
 
@@ -309,10 +311,7 @@ impl ContainerService {
         let volumes = made.image_volumes.clone();
         entry.update(|r| r.image_volumes = volumes)?;
 
-        let passwd = peapod_host::rootfs::read_account_file(&rootfs, "etc/passwd")
-            .map_err(|e| Error::io("read the image's /etc/passwd", e))?;
-        let group = peapod_host::rootfs::read_account_file(&rootfs, "etc/group")
-            .map_err(|e| Error::io("read the image's /etc/group", e))?;
+        let (passwd, group) = crate::host_ops::read_image_accounts(&rootfs).await?;
         let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())
             .map_err(Error::from)?;
 
@@ -327,7 +326,7 @@ impl ContainerService {
         let target_pid = self.target_pid(&config, srec)?;
         let cgroups_path = cgroups::cgroups_path(self.cgroup_driver, &srec.cgroup_parent, id);
         let host = host_facts(self.runtime_rro);
-        let spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
+        let mut spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
             id,
             config: &spec_config,
             sandbox: peapod_spec::SandboxRef {
@@ -347,6 +346,9 @@ impl ContainerService {
             paths: &peapod_spec::RealHost,
         })
         .map_err(Error::from)?;
+        self.nri
+            .create_container(srec, id, &config, &mut spec)
+            .await?;
         crate::runtime_spec::write_config(&bundle, &spec)?;
         self.processes.remember(id, &spec);
 

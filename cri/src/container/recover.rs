@@ -6,7 +6,6 @@ use super::ContainerService;
 use crate::error::{Optional, Result};
 use crate::store::container::{Container, ContainerState};
 use containerd_shim_protos::types::task::Status;
-use peapod_shim::protocol::ExitRecord;
 use peapod_shim::timefmt;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -15,7 +14,7 @@ use std::sync::Arc;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ContainerRecovery {
     pub rolled_back: usize,
-    /// Created or running containers whose shim (or task) is gone: now exited.
+    /// Created containers whose task the (live) shim does not have: now exited.
     pub lost: usize,
     /// Created in the record, started in the runtime (a crash between the two).
     pub found_running: usize,
@@ -31,8 +30,11 @@ impl ContainerService {
                 ContainerState::Creating => match self.roll_back(&c).await {
                     Ok(()) => report.rolled_back += 1,
                     Err(e) => {
-                        tracing::error!(container = %c.id, error = %e, "rolling back a half-made container; it stays EXITED for RemoveContainer");
-                        self.mark_lost(&c, &format!("half-made before a restart: {e}"));
+                        tracing::error!(container = %c.id, error = %e, "rolling back a half-made container; it stays for RemoveContainer");
+                        let why =
+                            format!("half-made before a restart, then its cleanup failed: {e}");
+                        let sandbox_id = c.get().sandbox_id;
+                        self.settle_one(&c, &sandbox_id, &why, true);
                     }
                 },
                 ContainerState::Created | ContainerState::Running => {
@@ -61,33 +63,35 @@ impl ContainerService {
         Ok(())
     }
 
+    /// A created or running container of a pod whose shim answers (the pods whose shim is
+    /// gone were settled by the sandboxes' recovery, through the OCI runtime).
     async fn reconcile(&self, c: &Arc<Container>) -> Reconciled {
         let rec = c.get();
-        let state = match self.shims.get(&rec.sandbox_id).await {
-            Ok(shim) => shim.state(&rec.id, "").await.optional(),
-            Err(e) => Err(e),
+        if rec.state != ContainerState::Created {
+            // Running: the exit watcher `resume` starts asks the shim for the exit (one that
+            // happened while the daemon was down comes with its code and time).
+            return Reconciled::AsRecorded;
+        }
+        let Ok(shim) = self.shims.get(&rec.sandbox_id).await else {
+            return Reconciled::AsRecorded;
         };
-        let state = match state {
+        let state = match shim.state(&rec.id, "").await.optional() {
             Ok(Some(s)) => s,
-            Ok(None) | Err(_) => {
-                // Its exit may have been recorded durably before the shim went away.
-                if rec.state == ContainerState::Running {
-                    if let Some(exit) = ExitRecord::read(&rec.exit_file).ok().flatten() {
-                        self.record_exit(c, exit.exit_code, exit.exited_at_ns);
-                        return Reconciled::Lost;
-                    }
-                }
-                self.mark_lost(
+            Ok(None) => {
+                // The shim lives but lost the task (it was never made): exited.
+                self.settle_one(
                     c,
-                    "its pod's shim was gone when the daemon started (a reboot or a crash)",
+                    &rec.sandbox_id,
+                    "its task is gone from the pod's shim",
+                    true,
                 );
                 return Reconciled::Lost;
             }
+            Err(e) => {
+                tracing::warn!(container = %c.id, error = %e, "asking the shim for a container's state");
+                return Reconciled::AsRecorded;
+            }
         };
-        if rec.state != ContainerState::Created {
-            // Running: the exit watcher `resume` starts asks the shim for the exit.
-            return Reconciled::AsRecorded;
-        }
         match state.status {
             Status::RUNNING | Status::PAUSED | Status::PAUSING => {
                 // Started by a StartContainer that the daemon's end interrupted.
@@ -111,22 +115,6 @@ impl ContainerService {
                 Reconciled::FoundRunning
             }
             _ => Reconciled::AsRecorded,
-        }
-    }
-
-    /// A created or running container whose shim is gone: exited (137, as if killed).
-    fn mark_lost(&self, c: &Container, why: &str) {
-        let message = why.to_string();
-        if let Err(e) = c.update(|r| {
-            r.state = ContainerState::Exited;
-            if r.exit_code == 0 {
-                r.exit_code = 137;
-            }
-            r.reason = "Error".into();
-            r.message = message;
-            r.finished_at_ns = timefmt::now_ns();
-        }) {
-            tracing::error!(container = %c.id, error = %e, "persisting a lost container");
         }
     }
 

@@ -21,6 +21,7 @@ impl ContainerService {
             }
             // A failure keeps the container listed, so that a later call tries again.
             rt.remove_locked(&c).await?;
+            rt.nri.remove_container(&c.id).await;
             rt.containers.write().remove(&c.id);
             rt.events.emit(
                 &c.id,
@@ -35,16 +36,19 @@ impl ContainerService {
     pub(super) async fn remove_locked(&self, c: &Container) -> Result<()> {
         let rec = c.get();
         self.processes.forget(&rec.id);
-        if rec.state == ContainerState::Running {
-            self.kill_and_wait(c, libc::SIGKILL, Duration::ZERO).await?;
-        }
         match self.shims.get(&rec.sandbox_id).await {
             Ok(shim) => {
+                if rec.state == ContainerState::Running {
+                    self.kill_and_wait(c, libc::SIGKILL, Duration::ZERO).await?;
+                }
                 shim.delete(&rec.id, "").await.optional()?;
                 crate::failpoint::hit("container.remove.after-runtime-delete").await;
             }
             Err(e) => {
-                tracing::debug!(container = %rec.id, error = %e, "no shim to delete the task in")
+                // The pod's shim is gone: the OCI runtime itself kills and deletes what may
+                // be left (its state outlives the shim).
+                tracing::info!(container = %rec.id, error = %e, "no shim; removing through the OCI runtime");
+                self.reap_lost(c).await?;
             }
         }
         self.release_files(&rec).await

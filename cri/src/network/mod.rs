@@ -156,7 +156,8 @@ impl Network {
 impl PodNetwork for Network {
     fn plan(&self, sandbox_id: &str, config: &PodSandboxConfig) -> Result<CniAttachment> {
         Ok(CniAttachment {
-            network: self.current()?.to_value(),
+            // Reading the configuration directory is file I/O: not on the async workers.
+            network: crate::host_ops::off_runtime(|| self.current())?.to_value(),
             result: Value::Null,
             ifname: cni::POD_IFNAME.into(),
             args: Self::cni_args(sandbox_id, config),

@@ -22,8 +22,8 @@ pub struct SandboxRecovery {
 }
 
 impl SandboxService {
-    /// Reconciles every sandbox record with its shim; call before serving, after the
-    /// containers' `recover` (a half-made sandbox's containers are gone by then).
+    /// Reconciles every sandbox record with its shim; call before serving, before the
+    /// containers' `recover` (a half-made sandbox takes its containers with it).
     pub async fn recover(self: &Arc<Self>) -> SandboxRecovery {
         let mut report = SandboxRecovery::default();
         for sb in self.sandboxes.all() {
@@ -35,16 +35,23 @@ impl SandboxService {
                         self.mark_not_ready(&sb);
                     }
                 },
-                SandboxState::Ready => {
-                    if self.pause_running(&sb).await {
-                        report.ready += 1;
-                    } else {
-                        tracing::info!(sandbox = %sb.id, "its shim or pause is gone: not ready");
+                state => match self.live_shim(&sb).await {
+                    None => {
+                        // A reboot, or the shim died while the daemon was down: what it held
+                        // is killed through the OCI runtime, its containers reported exited.
+                        let _op = sb.op.lock().await;
+                        let why = "the pod's shim was gone when the daemon started";
+                        self.settle_dead_shim(&sb, why).await;
+                        report.lost += usize::from(state == SandboxState::Ready);
+                    }
+                    Some(_) if state == SandboxState::NotReady => {}
+                    Some(_) if self.pause_running(&sb).await => report.ready += 1,
+                    Some(_) => {
+                        tracing::info!(sandbox = %sb.id, "its pause is gone: not ready");
                         self.mark_not_ready(&sb);
                         report.lost += 1;
                     }
-                }
-                SandboxState::NotReady => {}
+                },
             }
         }
         report

@@ -47,6 +47,7 @@ impl SandboxService {
     /// Removes everything of a sandbox: containers, pause, network, shm, shim, files, record.
     pub(super) async fn destroy_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
         self.containers.remove_all_of(&sandbox.id).await?;
+        self.nri.remove_pod_sandbox(&sandbox.id).await;
         self.stop_pause(sandbox).await?;
         if let Err(e) = self.teardown_network(sandbox, true).await {
             tracing::warn!(error = %e, "CNI DEL failed on remove; the network namespace is removed anyway");
@@ -60,6 +61,19 @@ impl SandboxService {
             shim.delete(&sandbox.id, "").await.optional()?;
             shim.shutdown_and_wait().await?;
             crate::failpoint::hit("sandbox.remove.after-shim-shutdown").await;
+            if rec.state == SandboxState::Creating {
+                // Half-made by a crash: the pause's runtime create may have been under way
+                // when the shim lost its caller, and the shim knew nothing of it.
+                self.shims
+                    .reap_orphans(std::slice::from_ref(&sandbox.id))
+                    .await?;
+            }
+        } else {
+            // No shim (it died, or never started): the OCI runtime's state of the pause and
+            // the shim's socket would outlive it.
+            self.shims
+                .reap_orphans(std::slice::from_ref(&sandbox.id))
+                .await?;
         }
         self.shims.forget(&sandbox.id);
         if rec.rootfs_mounted {

@@ -166,7 +166,7 @@ impl SandboxService {
         match self.create_sandbox(&sandbox, net).await {
             Ok(()) => {
                 self.sandboxes.write().insert(sandbox.clone());
-                self.watch_pause(sandbox);
+                self.watch(sandbox);
                 self.events
                     .emit(&id, &id, ContainerEventType::ContainerCreatedEvent);
                 self.events
@@ -213,7 +213,7 @@ impl SandboxService {
         let rec = sandbox.get();
         std::fs::create_dir_all(&rec.dir).map_err(|e| Error::path("create", &rec.dir, e))?;
         // Persisted first, so that a crash half-way leaves a record to clean up from.
-        sandbox.update(|_| {})?;
+        sandbox.create_file()?;
         crate::failpoint::hit("sandbox.run.after-record").await;
 
         let started = std::time::Instant::now();
@@ -278,6 +278,7 @@ impl SandboxService {
             pause_ms = pause_time.as_millis() as u64,
             "pod sandbox ready"
         );
+        self.nri.run_pod_sandbox(&sandbox.get()).await?;
         Ok(())
     }
 

@@ -22,13 +22,12 @@ use crate::error::{Error, Result};
 use serde::{de::DeserializeOwned, Serialize};
 use std::path::Path;
 
-/// Writes `value` as JSON to `path` atomically and durably.
+/// Writes `value` as JSON to `path` atomically and durably. The directory must exist: a
+/// record whose directory was removed belongs to a removed object, and a late update (an exit
+/// watcher's, say) must not bring it back.
 pub fn write_record<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(value)
         .map_err(|e| Error::internal(format!("encode record {}: {e}", path.display())))?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
-    }
     peapod_host::fs::write_file_atomic(path, &bytes)
         .map_err(|e| Error::path("write record", path, e))
 }

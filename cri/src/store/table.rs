@@ -93,13 +93,12 @@ impl<R: Record> Entry<R> {
         Ok(())
     }
 
-    /// Removes the persisted record (the object is gone; a missing file is fine).
-    pub fn delete_file(&self) -> Result<()> {
-        match std::fs::remove_file(&self.file) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::path("remove record", &self.file, e)),
+    /// Persists a new object's record for the first time, making its directory.
+    pub fn create_file(&self) -> Result<()> {
+        if let Some(dir) = self.file.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
         }
+        self.update(|_| {}).map(drop)
     }
 }
 
@@ -258,6 +257,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = records(dir.path());
         let e = r.entry(thing("abc123", "one"));
+        e.create_file().unwrap();
         e.update(|t| t.n = 7).unwrap();
         r.write()
             .names
@@ -280,6 +280,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = records(dir.path());
         let e = r.entry(thing("abc", "one"));
+        e.create_file().unwrap();
         assert!(e.update_if(|t| t.n == 0, |t| t.n = 1).unwrap());
         assert!(!e.update_if(|t| t.n == 0, |t| t.n = 2).unwrap());
         assert_eq!(e.get().n, 1);

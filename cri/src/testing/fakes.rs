@@ -108,6 +108,8 @@ pub struct FakeShim {
     live: LiveShims,
     tasks: Mutex<HashMap<(String, String), Task>>,
     exited: tokio::sync::watch::Sender<u64>,
+    /// True once the shim "died" ([`FakeShims::crash`]).
+    dead: tokio::sync::watch::Sender<bool>,
     next_pid: Mutex<u32>,
 }
 
@@ -119,8 +121,34 @@ impl FakeShim {
             live,
             tasks: Mutex::new(HashMap::new()),
             exited: tokio::sync::watch::channel(0).0,
+            dead: tokio::sync::watch::channel(false).0,
             next_pid: Mutex::new(1000),
         }
+    }
+
+    /// A call to this shim: fails as a closed connection once it died.
+    /// Like [`FakeShim::check`], but waits at the call's gate if it is held.
+    async fn pass(&self, call: &str) -> Result<()> {
+        self.check_alive(call)?;
+        self.faults.pass(call).await
+    }
+
+    fn check_alive(&self, call: &str) -> Result<()> {
+        if *self.dead.borrow() {
+            return Err(Error::internal(format!(
+                "shim: {call}: the connection is closed"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check(&self, call: &str) -> Result<()> {
+        if *self.dead.borrow() {
+            return Err(Error::internal(format!(
+                "shim: {call}: the connection is closed"
+            )));
+        }
+        self.faults.check(call)
     }
 
     fn key(id: &str, exec_id: &str) -> (String, String) {
@@ -180,7 +208,7 @@ impl Shim for FakeShim {
         _terminal: bool,
         options: &CreateOptions,
     ) -> Result<u32> {
-        self.faults.pass("shim.create").await?;
+        self.pass("shim.create").await?;
         let pid = self.add_task(id, "")?;
         if options.start {
             self.set_running(id, "")?;
@@ -189,12 +217,12 @@ impl Shim for FakeShim {
     }
 
     async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
-        self.faults.pass("shim.start_task").await?;
+        self.pass("shim.start_task").await?;
         self.set_running(id, exec_id)
     }
 
     async fn kill(&self, id: &str, exec_id: &str, signal: u32, _all: bool) -> Result<()> {
-        self.faults.pass("shim.kill").await?;
+        self.pass("shim.kill").await?;
         {
             let mut tasks = lock(&self.tasks);
             let task = tasks
@@ -213,7 +241,7 @@ impl Shim for FakeShim {
     }
 
     async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit> {
-        self.faults.pass("shim.delete").await?;
+        self.pass("shim.delete").await?;
         let task = lock(&self.tasks)
             .remove(&Self::key(id, exec_id))
             .ok_or_else(|| Self::not_found(id, exec_id))?;
@@ -221,7 +249,7 @@ impl Shim for FakeShim {
     }
 
     async fn wait(&self, id: &str, exec_id: &str) -> Result<Exit> {
-        self.faults.check("shim.wait")?;
+        self.check("shim.wait")?;
         let mut exited = self.exited.subscribe();
         loop {
             {
@@ -233,6 +261,9 @@ impl Shim for FakeShim {
                     return Ok(exit);
                 }
             }
+            if *self.dead.borrow() {
+                return Err(Error::internal("shim: wait: the connection is closed"));
+            }
             exited
                 .changed()
                 .await
@@ -241,7 +272,7 @@ impl Shim for FakeShim {
     }
 
     async fn state(&self, id: &str, exec_id: &str) -> Result<ProcessState> {
-        self.faults.check("shim.state")?;
+        self.check("shim.state")?;
         let tasks = lock(&self.tasks);
         let task = tasks
             .get(&Self::key(id, exec_id))
@@ -260,28 +291,38 @@ impl Shim for FakeShim {
         _process_json: Vec<u8>,
         _io: &ExecIo,
     ) -> Result<()> {
-        self.faults.check("shim.exec")?;
+        self.check("shim.exec")?;
         self.add_task(id, exec_id).map(drop)
     }
 
     async fn update(&self, id: &str, _resources_json: Vec<u8>) -> Result<()> {
-        self.faults.check("shim.update")?;
+        self.check("shim.update")?;
         self.state(id, "").await.map(drop)
     }
 
     async fn resize(&self, _id: &str, _exec_id: &str, _w: u32, _h: u32) -> Result<()> {
-        self.faults.check("shim.resize")
+        self.check("shim.resize")
     }
 
     async fn reopen_log(&self, id: &str) -> Result<()> {
-        self.faults.check("shim.reopen_log")?;
+        self.check("shim.reopen_log")?;
         self.state(id, "").await.map(drop)
     }
 
     async fn shutdown_and_wait(&self) -> Result<()> {
-        self.faults.check("shim.shutdown")?;
+        self.check("shim.shutdown")?;
         lock(&self.live).remove(&self.sandbox_id);
+        self.dead.send_replace(true);
         Ok(())
+    }
+
+    async fn gone(&self) {
+        let mut dead = self.dead.subscribe();
+        let _ = dead.wait_for(|d| *d).await;
+    }
+
+    fn alive(&self) -> bool {
+        !*self.dead.borrow()
     }
 }
 
@@ -292,6 +333,8 @@ pub struct FakeShims {
     faults: Arc<Faults>,
     dir: PathBuf,
     live: LiveShims,
+    /// Containers whose shim crashed, until `reap_orphans` removes them.
+    orphans: Mutex<BTreeSet<String>>,
 }
 
 impl FakeShims {
@@ -300,6 +343,7 @@ impl FakeShims {
             faults,
             dir: dir.to_path_buf(),
             live: Arc::default(),
+            orphans: Mutex::default(),
         }
     }
 
@@ -312,9 +356,26 @@ impl FakeShims {
         lock(&self.live).get(sandbox_id).cloned()
     }
 
-    /// Every shim vanishes with its tasks (a reboot, or each killed).
+    /// Every shim dies at once (a reboot), its tasks orphans.
     pub fn vanish_all(&self) {
-        lock(&self.live).clear();
+        for id in self.live() {
+            self.crash(&id);
+        }
+    }
+
+    /// The pod's shim dies (as if killed): it stops serving and its tasks are orphans.
+    pub fn crash(&self, sandbox_id: &str) {
+        if let Some(shim) = lock(&self.live).remove(sandbox_id) {
+            lock(&self.orphans).extend(shim.task_ids());
+            shim.dead.send_replace(true);
+            // Waiters see the connection close.
+            shim.exited.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Containers of dead shims not yet reaped through the OCI runtime.
+    pub fn orphans(&self) -> BTreeSet<String> {
+        lock(&self.orphans).clone()
     }
 }
 
@@ -348,6 +409,15 @@ impl Shims for FakeShims {
     fn attach_socket_path(&self, container_id: &str) -> PathBuf {
         self.dir
             .join(format!("{}.a", crate::ids::short(container_id)))
+    }
+
+    async fn reap_orphans(&self, container_ids: &[String]) -> Result<()> {
+        self.faults.check("shim.reap_orphans")?;
+        let mut orphans = lock(&self.orphans);
+        for id in container_ids {
+            orphans.remove(id);
+        }
+        Ok(())
     }
 }
 

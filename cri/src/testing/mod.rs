@@ -89,6 +89,7 @@ impl Harness {
             images: images.clone(),
             process_stats: process_stats.clone(),
             runtime_rro: false,
+            nri: crate::nri::Nri::disabled(),
         };
         let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
         crate::recovery::recover(&rt).await;
@@ -321,6 +322,11 @@ impl Harness {
             "network namespaces left"
         );
         assert_eq!(self.host.mounts(), BTreeSet::new(), "mounts left");
+        assert_eq!(
+            self.shims.orphans(),
+            BTreeSet::new(),
+            "containers of a dead shim never killed"
+        );
         assert_eq!(
             self.images.rootfs_owners(),
             BTreeSet::new(),
