@@ -625,10 +625,16 @@ async fn bad_container_requests_change_nothing() {
         .await
         .unwrap();
     let dup = d
-        .create(&pod, sh("twin", &image, "sleep 10"))
+        .create(&pod, sh("twin", &image, "sleep 20"))
         .await
         .unwrap_err();
     assert_eq!(dup.code(), Code::AlreadyExists, "{dup}");
+    let retry = d.create(&pod, sh("twin", &image, "sleep 10")).await;
+    assert_eq!(
+        retry.unwrap(),
+        first,
+        "an identical retry gets the first container"
+    );
     // A created container can be removed without starting it; removing twice is fine.
     for _ in 0..2 {
         d.cri

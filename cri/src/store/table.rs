@@ -86,9 +86,10 @@ impl<R: Record> Entry<R> {
         Ok(next)
     }
 
-    /// Writes `next` (the caller holds `persist`), then swaps it in.
+    /// Writes `next` (the caller holds `persist`), then swaps it in. The write (an fsync) runs
+    /// off the async workers: other tasks of this worker move to another thread first.
     fn persist_and_swap(&self, next: R) -> Result<()> {
-        super::write_record(&self.file, &next)?;
+        crate::host_ops::off_runtime(|| super::write_record(&self.file, &next))?;
         *self.record.write().unwrap_or_else(|p| p.into_inner()) = next;
         Ok(())
     }
@@ -96,7 +97,8 @@ impl<R: Record> Entry<R> {
     /// Persists a new object's record for the first time, making its directory.
     pub fn create_file(&self) -> Result<()> {
         if let Some(dir) = self.file.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
+            crate::host_ops::off_runtime(|| std::fs::create_dir_all(dir))
+                .map_err(|e| Error::path("create", dir, e))?;
         }
         self.update(|_| {}).map(drop)
     }

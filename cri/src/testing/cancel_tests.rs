@@ -187,3 +187,31 @@ async fn a_failed_cleanup_keeps_the_object_for_a_later_remove() {
     h.remove_pod(&pod).await.unwrap();
     h.assert_nothing_left().await;
 }
+
+#[tokio::test]
+async fn a_failed_sandbox_rollback_keeps_the_pod_not_ready_for_a_later_remove() {
+    let h = Harness::new().await;
+    h.faults.fail("cni.add");
+    h.faults.fail("shim.shutdown");
+    let err = h.run_pod("web").await.unwrap_err();
+    assert!(err.message().contains("cni.add"), "{err:?}");
+    assert!(err.message().contains("shim.shutdown"), "{err:?}");
+    let pods = h.pods().await;
+    assert_eq!(pods.len(), 1, "kept for RemovePodSandbox");
+    let id = pods[0].id.clone();
+    assert_eq!(h.pod_state(&id).await, PodSandboxState::SandboxNotready);
+    let mut other = h.pod_config("web");
+    other.hostname = "other".into();
+    let taken = h.run_pod_with(other).await.unwrap_err();
+    assert_eq!(
+        taken.code(),
+        Code::AlreadyExists,
+        "its name stays reserved to it"
+    );
+    h.faults.heal("shim.shutdown");
+    h.faults.heal("cni.add");
+    h.remove_pod(&id)
+        .await
+        .expect("RemovePodSandbox finishes it");
+    h.assert_nothing_left().await;
+}
