@@ -27,12 +27,38 @@
 //!    the daemon was down, comes from the shim (code and time).
 //! 5. Orphans no record claims are removed: pinned namespaces under the state directory,
 //!    image-store root filesystems, and per-object directories under root and state.
+//!
+//! A create the daemon sent to a shim just before it died still runs in the shim, which
+//! registers the container when the runtime is done; records say when a create was sent
+//! (`runtime_create_sent`, `pause_create_sent`), and the rollback then waits (bounded, see
+//! [`until_task_lands`]) for the task to land before deleting it, and reaps through the OCI
+//! runtime what might have landed there regardless.
 //! 6. Then the watchers start: pause exits, container exits, exec's process specs.
 
 use crate::container::ContainerRecovery;
 use crate::daemon::Daemon;
+use crate::error::Optional;
 use crate::sandbox::SandboxRecovery;
-use std::time::Instant;
+use crate::shim::Shim;
+use std::time::{Duration, Instant};
+
+/// How long a rollback waits for a create that was sent before the crash to land in the shim.
+const CREATE_LANDING: Duration = Duration::from_secs(3);
+
+/// Waits until the shim knows task `id` (a create sent before the daemon died finished), at
+/// most [`CREATE_LANDING`]; false if it never did (the create never reached the shim, or it
+/// failed there).
+pub(crate) async fn until_task_lands(shim: &dyn Shim, id: &str) -> bool {
+    let landed = async {
+        loop {
+            if let Ok(Some(_)) = shim.state(id, "").await.optional() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(CREATE_LANDING, landed).await.is_ok()
+}
 
 /// What recovery found and did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

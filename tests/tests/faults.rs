@@ -549,3 +549,73 @@ async fn after_a_reboot_pods_are_not_ready_and_removal_releases_everything() {
     );
     s.finish().await;
 }
+
+// ---- kill -9 at arbitrary moments, a dozen times --------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dozen_kill_9s_during_run_create_start_leave_nothing_after_removal() {
+    let mut s = Scene::new("fchurn").await;
+    let mut recoveries = Vec::new();
+    for round in 0..12u64 {
+        // Calls in flight on their own connection while the daemon is killed at a moment that
+        // moves through the lifecycle from round to round.
+        let mut cri = s.d.cri.clone();
+        let cgroup_parent = s.d.cgroup_parent.clone();
+        let logs = s.d.dir.join("logs");
+        let image = s.image.clone();
+        let calls = tokio::spawn(async move {
+            let name = format!("churn{round}");
+            let mut config = e2e::fixtures::sandbox_config(&name, &cgroup_parent);
+            config.log_directory = logs.join(&name).display().to_string();
+            let pod = cri
+                .runtime
+                .run_pod_sandbox(cri::RunPodSandboxRequest {
+                    config: Some(config.clone()),
+                    runtime_handler: String::new(),
+                })
+                .await?
+                .into_inner()
+                .pod_sandbox_id;
+            let c = cri
+                .runtime
+                .create_container(cri::CreateContainerRequest {
+                    pod_sandbox_id: pod,
+                    config: Some(sh("app", &image, "sleep 3600")),
+                    sandbox_config: Some(config),
+                })
+                .await?
+                .into_inner()
+                .container_id;
+            cri.runtime
+                .start_container(cri::StartContainerRequest { container_id: c })
+                .await?;
+            Ok::<_, tonic::Status>(())
+        });
+        tokio::time::sleep(Duration::from_millis(40 * round)).await;
+        s.d.kill_daemon();
+        let _ = calls.await;
+        s.d.restart().await;
+        let log = s.d.log();
+        if let Some(line) = log.lines().rfind(|l| l.contains("recovery at start done")) {
+            let ms = line
+                .split("elapsed_ms=")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .unwrap_or("?");
+            recoveries.push(ms.to_string());
+        }
+        // Whatever the moment: every pod listed is whole (ready with its network, or not
+        // ready and removable), and the one that was up before is untouched.
+        assert_eq!(
+            s.pod_state(&s.survivor.id.clone()).await,
+            Some(cri::PodSandboxState::SandboxReady)
+        );
+    }
+    println!(
+        "recovery at each of 12 restarts (ms): {}",
+        recoveries.join(" ")
+    );
+    let listed = s.pods().await.len();
+    println!("pods listed after 12 kills: {listed} (the survivor and those that finished)");
+    s.finish().await;
+}

@@ -290,6 +290,7 @@ impl ContainerService {
             image_volumes: Vec::new(),
             config: config.clone(),
             request_digest: digest,
+            runtime_create_sent: false,
         };
         // The intent: directories, the rootfs mount target and the runtime's container id.
         let entry = self.containers.entry(record);
@@ -383,6 +384,7 @@ impl ContainerService {
         };
         // A record in `Creating` may have a task in the runtime: the cleanup deletes it.
         made.shim_task = true;
+        entry.update(|r| r.runtime_create_sent = true)?;
         let pid = shim.create(id, &bundle, rec.config.tty, &options).await?;
         crate::failpoint::hit("container.create.after-runtime-create").await;
         entry.update(|r| {

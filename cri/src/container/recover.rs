@@ -54,7 +54,16 @@ impl ContainerService {
     async fn roll_back(&self, c: &Arc<Container>) -> Result<()> {
         let rec = c.get();
         if let Ok(shim) = self.shims.get(&rec.sandbox_id).await {
+            if rec.runtime_create_sent {
+                crate::recovery::until_task_lands(shim.as_ref(), &rec.id).await;
+            }
             shim.delete(&rec.id, "").await.optional()?;
+        }
+        if rec.runtime_create_sent {
+            // Whatever the runtime has of it, even if the shim never registered it.
+            self.shims
+                .reap_orphans(std::slice::from_ref(&rec.id))
+                .await?;
         }
         self.release_files(&rec).await?;
         self.processes.forget(&rec.id);

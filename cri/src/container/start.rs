@@ -3,6 +3,7 @@
 use super::ContainerService;
 use crate::error::{Error, Result};
 use crate::store::container::{Container, ContainerState};
+use containerd_shim_protos::types::task::Status;
 use peapod_proto::v1::ContainerEventType;
 use peapod_shim::timefmt;
 use std::sync::Arc;
@@ -35,7 +36,19 @@ impl ContainerService {
         // Taken before the start: a process that exits at once must not finish before it
         // started.
         let started_at = timefmt::now_ns();
-        match shim.start(&rec.id, "").await {
+        let started = match shim.start(&rec.id, "").await {
+            // A start sent by a daemon that died before recording it may have landed since:
+            // the container runs, and that is this call's success.
+            Err(err) => match shim.state(&rec.id, "").await {
+                Ok(s) if s.status == Status::RUNNING => {
+                    tracing::info!(container = %rec.id, "already started by an earlier call");
+                    Ok(s.pid)
+                }
+                _ => Err(err),
+            },
+            ok => ok,
+        };
+        match started {
             Ok(pid) => {
                 crate::failpoint::hit("container.start.after-runtime-start").await;
                 c.update(|r| {

@@ -61,6 +61,11 @@ impl SandboxService {
     /// same steps as a failed RunPodSandbox's cleanup: each tolerates its piece being absent,
     /// and CNI DEL runs if the record says ADD started.
     async fn roll_back(&self, sb: &Arc<Sandbox>) -> Result<()> {
+        if sb.get().pause_create_sent {
+            if let Some(shim) = self.live_shim(sb).await {
+                crate::recovery::until_task_lands(shim.as_ref(), &sb.id).await;
+            }
+        }
         self.destroy_sandbox(sb).await?;
         self.sandboxes.write().remove(&sb.id);
         tracing::info!(sandbox = %sb.id, "rolled back a sandbox a crash left half-made");

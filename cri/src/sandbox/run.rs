@@ -161,6 +161,7 @@ impl SandboxService {
             dir,
             rootfs_mounted: false,
             request_digest: digest,
+            pause_create_sent: false,
         };
         let sandbox = self.sandboxes.entry(record);
         match self.create_sandbox(&sandbox, net).await {
@@ -311,6 +312,7 @@ impl SandboxService {
             start: true,
             ..Default::default()
         };
+        sandbox.update(|r| r.pause_create_sent = true)?;
         shim.create(id, &bundle, false, &options).await
     }
 }

@@ -55,6 +55,10 @@ pub struct ContainerRecord {
     /// gets this object (0 in records from before it).
     #[serde(default)]
     pub request_digest: u64,
+    /// the runtime create was sent to the shim (intent: recovery waits for it to land before
+    /// deleting it).
+    #[serde(default)]
+    pub runtime_create_sent: bool,
 }
 
 /// A read-only image rootfs mounted for an image-volume mount.

@@ -56,6 +56,10 @@ pub struct SandboxRecord {
     /// gets this object (0 in records from before it).
     #[serde(default)]
     pub request_digest: u64,
+    /// the pause's create was sent to the shim (intent: recovery waits for it to land before
+    /// deleting it).
+    #[serde(default)]
+    pub pause_create_sent: bool,
 }
 
 impl SandboxRecord {
