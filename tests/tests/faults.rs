@@ -4,7 +4,7 @@
 //! still up with the same started_at, and after removal nothing is left on the machine (no
 //! mounts, netns, veths, IPAM reservations, cgroups, shims, runc state or directories).
 
-use e2e::pods::{busybox, sh, Images, Pod};
+use e2e::pods::{busybox, run_pod_with_app, sh, Images, Pod};
 use e2e::{host, TestDaemon};
 use peapod_proto::v1 as cri;
 use std::time::Duration;
@@ -565,31 +565,7 @@ async fn a_dozen_kill_9s_during_run_create_start_leave_nothing_after_removal() {
         let image = s.image.clone();
         let calls = tokio::spawn(async move {
             let name = format!("churn{round}");
-            let mut config = e2e::fixtures::sandbox_config(&name, &cgroup_parent);
-            config.log_directory = logs.join(&name).display().to_string();
-            let pod = cri
-                .runtime
-                .run_pod_sandbox(cri::RunPodSandboxRequest {
-                    config: Some(config.clone()),
-                    runtime_handler: String::new(),
-                })
-                .await?
-                .into_inner()
-                .pod_sandbox_id;
-            let c = cri
-                .runtime
-                .create_container(cri::CreateContainerRequest {
-                    pod_sandbox_id: pod,
-                    config: Some(sh("app", &image, "sleep 3600")),
-                    sandbox_config: Some(config),
-                })
-                .await?
-                .into_inner()
-                .container_id;
-            cri.runtime
-                .start_container(cri::StartContainerRequest { container_id: c })
-                .await?;
-            Ok::<_, tonic::Status>(())
+            run_pod_with_app(&mut cri, &name, &cgroup_parent, &logs, &image, "sleep 3600").await
         });
         tokio::time::sleep(Duration::from_millis(40 * round)).await;
         s.d.kill_daemon();
