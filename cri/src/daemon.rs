@@ -119,18 +119,18 @@ impl Daemon {
             nri: Nri::start(&config.nri)?,
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
+        crate::recovery::recover(&daemon).await;
         daemon
             .nri
             .restore(daemon.sandboxes.records(), daemon.containers.records())
             .await;
         daemon.nri.serve_updates(&daemon.containers);
-        daemon.resume();
         daemon.start_streaming().await?;
         Ok(daemon)
     }
 
-    /// After a (re)start: follow the pods and containers that were running when the daemon
-    /// went away, and reload what exec keeps in memory.
+    /// After a (re)start and `recovery`: follow the pods and containers that were running
+    /// when the daemon went away, and reload what exec keeps in memory.
     pub fn resume(&self) {
         self.sandboxes.resume();
         self.containers.resume();
@@ -146,8 +146,7 @@ impl Daemon {
     ) -> Result<Arc<Daemon>> {
         prepare_dirs(&config)?;
         let pause_rootfs = crate::pause::materialize(&config.root.join("pause"))?;
-        // A sandbox left in `Creating` by a crash is kept (listed as not ready) for
-        // RemovePodSandbox to clean.
+        // Records a crash left half-made are loaded too: `recovery` rolls them back.
         let sandbox_records = Arc::new(SandboxRecords::load(&config.root, "sandboxes")?);
         let container_records = Arc::new(ContainerRecords::load(&config.root, "containers")?);
         let events = Arc::new(Events::new(

@@ -191,7 +191,7 @@ pub fn new_container(
 /// A container the daemon already has (after a restart), as far as its record tells.
 pub fn known_container(rec: &ContainerRecord) -> nri::Container {
     let state = match rec.state {
-        ContainerState::Created => nri::ContainerState::ContainerCreated,
+        ContainerState::Creating | ContainerState::Created => nri::ContainerState::ContainerCreated,
         ContainerState::Running => nri::ContainerState::ContainerRunning,
         ContainerState::Exited => nri::ContainerState::ContainerStopped,
         ContainerState::Unknown => nri::ContainerState::ContainerUnknown,
