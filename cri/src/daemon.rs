@@ -32,6 +32,9 @@ pub struct Effects {
     /// Whether the OCI runtime CLI knows recursive read-only mounts ("rro" in `<runtime>
     /// features`); the kernel check is peapod-spec's.
     pub runtime_rro: bool,
+    /// Whether pods can have their own user namespace here (`peapod_host::userns::probe`:
+    /// a user namespace owning a network namespace, an overlay of idmapped layers), or why not.
+    pub user_namespaces: std::result::Result<(), String>,
 }
 
 pub struct Daemon {
@@ -68,6 +71,21 @@ fn prepare_dirs(config: &Config) -> Result<()> {
         mkdir(&config.state.join(dir), 0o711)?;
     }
     Ok(())
+}
+
+/// Tries, once at start, what a pod with its own user namespace needs from this host (see
+/// `peapod_host::userns::probe`), in a scratch directory on the filesystem of the layers.
+async fn probe_user_namespaces(root: &Path) -> std::result::Result<(), String> {
+    let scratch = root.join("userns-probe");
+    let res = tokio::task::spawn_blocking(move || peapod_host::userns::probe(&scratch))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    match &res {
+        Ok(()) => tracing::info!("user namespaces for pods: supported (idmapped layers)"),
+        Err(why) => tracing::warn!(reason = %why, "user namespaces for pods: not supported here"),
+    }
+    res
 }
 
 /// Asks the OCI runtime (`<runtime> features`, runc >= 1.1) whether it knows "rro"; a runtime
@@ -114,6 +132,7 @@ impl Daemon {
             images: images.clone(),
             process_stats: Arc::new(HostProcessStats),
             runtime_rro: runtime_supports_rro(&config.runtime.path).await,
+            user_namespaces: probe_user_namespaces(&config.root).await,
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
         daemon.resume();
@@ -175,6 +194,7 @@ impl Daemon {
                 runtime_path: config.runtime.path.clone(),
                 sandbox_image: config.sandbox.image.clone(),
                 pause_rootfs,
+                user_namespaces: effects.user_namespaces,
             },
         }));
         let exec = Arc::new(ExecService::new(

@@ -163,9 +163,18 @@ impl ContainerService {
             std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
         }
         let rootfs = bundle.join("rootfs");
-        self.images
-            .create_rootfs(&image.id, id, &rootfs, false)
-            .await?;
+        // In a pod with its own user namespace, an idmapped rootfs (runc 1.1 cannot make one).
+        let userns =
+            crate::sandbox::spec::pinned_user_namespace(&srec.config, srec.netns.as_deref())?;
+        crate::images::create_rootfs(
+            self.images.as_ref(),
+            &image.id,
+            id,
+            &rootfs,
+            false,
+            userns.as_ref(),
+        )
+        .await?;
         made.rootfs = Some(rootfs.clone());
         let spec_config = self
             .prepare_image_volumes(id, &bundle, &mut config, &mut made.image_volumes)

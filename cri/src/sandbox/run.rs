@@ -89,6 +89,7 @@ impl SandboxService {
         runtime_handler: String,
     ) -> Result<String> {
         validate(&config, &runtime_handler, &self.runtime_handler_name())?;
+        spec::check_user_namespace(&config, &self.settings.user_namespaces)?;
         let name = SandboxRecord::name_of(&config);
         let id = {
             let mut table = self.sandboxes.write();
@@ -161,7 +162,10 @@ impl SandboxService {
         // The pause container needs only the namespace to exist, not the network in it: CNI
         // runs while the shim and the pause container start.
         if net != NamespaceMode::Node {
-            let path = self.host.pin_netns(&self.paths.netns_dir(), &id)?;
+            let userns = peapod_spec::pod_user_namespace(&rec.config)?;
+            let path = self
+                .host
+                .pin_netns(&self.paths.netns_dir(), &id, userns.as_ref())?;
             sandbox.update(|r| r.netns = Some(path))?;
         }
         let rec = sandbox.get();
@@ -214,7 +218,10 @@ impl SandboxService {
         if let Some(shm) = &rec.shm {
             self.host.mount_shm(shm)?;
         }
-        let pause = self.pause_image(id, &rec.dir.join("rootfs")).await?;
+        let userns = spec::pinned_user_namespace(&rec.config, rec.netns.as_deref())?;
+        let pause = self
+            .pause_image(id, &rec.dir.join("rootfs"), userns.as_ref())
+            .await?;
         if pause.mounted {
             sandbox.update(|r| r.rootfs_mounted = true)?;
         }
@@ -228,6 +235,7 @@ impl SandboxService {
                 netns: rec.netns.as_deref(),
                 shm: rec.shm.as_deref(),
                 cgroups_path: &rec.cgroups_path,
+                userns: userns.as_ref().map(|u| u.path.as_path()),
             },
         )?;
         crate::runtime_spec::write_config(&bundle, &spec)?;

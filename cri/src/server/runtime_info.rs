@@ -56,7 +56,9 @@ pub fn status(daemon: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusRes
             name: String::new(),
             features: Some(cri::RuntimeHandlerFeatures {
                 recursive_read_only_mounts: daemon.containers.rro_supported(),
-                user_namespaces: false,
+                // Only when the probe at start made a user namespace, a network namespace
+                // owned by it and an overlay of idmapped layers here.
+                user_namespaces: daemon.sandboxes.user_namespaces_supported(),
             }),
         }],
         // peapod-spec applies Merge and Strict, and ContainerStatus reports the user.

@@ -85,6 +85,8 @@ impl Harness {
             images: images.clone(),
             process_stats: process_stats.clone(),
             runtime_rro: false,
+            // The fakes do what a host that can would do.
+            user_namespaces: Ok(()),
         };
         let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
         rt.resume();
