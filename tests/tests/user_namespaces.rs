@@ -69,6 +69,14 @@ fn host_ids(pid: u32) -> (u32, u32) {
     (field("Uid:"), field("Gid:"))
 }
 
+const SCRIPT: &str = "cat /proc/self/uid_map /proc/self/gid_map; echo ids $(id -u) $(id -g); \
+    echo owners $(stat -c '%u:%g' / /bin/busybox /etc/passwd); \
+    echo > /written-by-root && echo wrote $(stat -c '%u:%g' /written-by-root); \
+    echo volume $(stat -c '%u:%g' /vol/from-host) $(cat /vol/from-host); \
+    echo > /vol/from-pod && echo volume-wrote $(stat -c '%u:%g' /vol/from-pod); \
+    echo plain $(stat -c '%u:%g' /plain/from-host); \
+    echo done; sleep 300 & wait";
+
 fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_string).collect()
 }
@@ -101,13 +109,36 @@ async fn a_pod_with_its_own_user_namespace() {
             )
         })
         .await;
-    let script = "cat /proc/self/uid_map /proc/self/gid_map; echo ids $(id -u) $(id -g); \
-                  echo owners $(stat -c '%u:%g' / /bin/busybox /etc/passwd); \
-                  echo > /written-by-root && echo wrote $(stat -c '%u:%g' /written-by-root); \
-                  echo done; sleep 300 & wait";
-    let id = d
-        .run_container(&pod, in_pod(&pod, sh("inside", &image, script)))
-        .await;
+    // A volume as the kubelet gives it to such a pod (the pod's mapping on the mount), and the
+    // same directory without mappings.
+    let volume = d.dir.join("volume");
+    std::fs::create_dir_all(&volume).unwrap();
+    std::fs::write(volume.join("from-host"), "written by host root\n").unwrap();
+    let mut config = in_pod(&pod, sh("inside", &image, SCRIPT));
+    let maps = vec![mapping(0, HOST_ID, LENGTH)];
+    config.mounts = vec![
+        cri::Mount {
+            container_path: "/vol".into(),
+            host_path: volume.display().to_string(),
+            uid_mappings: maps.clone(),
+            gid_mappings: maps,
+            ..Default::default()
+        },
+        cri::Mount {
+            container_path: "/plain".into(),
+            host_path: volume.display().to_string(),
+            readonly: true,
+            ..Default::default()
+        },
+    ];
+    let id = d.run_container(&pod, config).await;
+    // The staged idmapped bind is the container's own now: nothing of it stays on the host.
+    let staged = d.state.join("containers").join(&id).join("idmapped-mounts");
+    assert!(
+        e2e::host::mounts_under(&staged).is_empty(),
+        "{:?}",
+        e2e::host::mounts_under(&staged)
+    );
     let lines = d.wait_log(&id, "done", Duration::from_secs(60)).await;
     let text: Vec<String> = lines.iter().map(|l| l.text.clone()).collect();
 
@@ -120,6 +151,13 @@ async fn a_pod_with_its_own_user_namespace() {
     assert_eq!(text[2], "ids 0 0", "{text:?}");
     assert_eq!(text[3], "owners 0:0 0:0 0:0", "{text:?}");
     assert_eq!(text[4], "wrote 0:0", "{text:?}");
+    // The idmapped volume: host root's file is root's inside, and root's writes are host
+    // root's; without the mapping the same file belongs to nobody (65534, the overflow id).
+    assert_eq!(text[5], "volume 0:0 written by host root", "{text:?}");
+    assert_eq!(text[6], "volume-wrote 0:0", "{text:?}");
+    assert_eq!(text[7], "plain 65534:65534", "{text:?}");
+    let written = std::fs::metadata(volume.join("from-pod")).unwrap();
+    assert_eq!((written.uid(), written.gid()), (0, 0));
 
     // Seen from the host: container root is the mapping's host id, and what it wrote is
     // stored with that id in the container's own writable layer (only the shared image layers

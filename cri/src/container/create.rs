@@ -176,9 +176,17 @@ impl ContainerService {
         )
         .await?;
         made.rootfs = Some(rootfs.clone());
-        let spec_config = self
+        let mut spec_config = self
             .prepare_image_volumes(id, &bundle, &mut config, &mut made.image_volumes)
             .await?;
+        // Volumes with the pod's id mapping: staged idmapped binds, detached when this drops
+        // (after the runtime's create, which gives the container its own copies).
+        let _idmapped = super::idmapped_mounts::stage(
+            &mut spec_config,
+            &bundle.join("idmapped-mounts"),
+            &srec.config,
+            userns.as_ref(),
+        )?;
 
         let passwd = peapod_host::rootfs::read_account_file(&rootfs, "etc/passwd")
             .map_err(|e| Error::io("read the image's /etc/passwd", e))?;
