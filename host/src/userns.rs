@@ -257,15 +257,21 @@ pub fn probe(scratch: &Path) -> io::Result<()> {
         host_id: 1_000_000,
         size: 65536,
     };
+    // A daemon killed half-way through an earlier probe left its mounts: clean first too.
+    clean_probe(scratch);
     std::fs::create_dir_all(scratch)?;
     let result = probe_in(scratch, &map);
+    clean_probe(scratch);
+    result
+}
+
+fn clean_probe(scratch: &Path) {
     for m in ["merged", "idmapped-lower"] {
         let _ = detach(&scratch.join(m));
     }
     let _ = unpin(&scratch.join("netns"));
     let _ = unpin(&scratch.join("userns"));
     let _ = crate::fs::remove_dir_all_if_exists(scratch);
-    result
 }
 
 fn context(what: &'static str) -> impl Fn(io::Error) -> io::Error {

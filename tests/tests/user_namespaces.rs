@@ -87,7 +87,7 @@ async fn a_pod_with_its_own_user_namespace() {
     let status = d
         .cri
         .runtime
-        .status(cri::StatusRequest { verbose: false })
+        .status(cri::StatusRequest { verbose: true })
         .await
         .unwrap()
         .into_inner();
@@ -97,6 +97,9 @@ async fn a_pod_with_its_own_user_namespace() {
         "this host (kernel 6.18, idmapped ext4 layers) can: {}",
         d.log()
     );
+    // The verbose info says it too (and would say why not).
+    let info: serde_json::Value = serde_json::from_str(&status.info["config"]).unwrap();
+    assert_eq!(info["userNamespaces"]["supported"], true, "{info}");
 
     let images = Images::start();
     let image = images.push("busybox:userns", &busybox());
@@ -241,6 +244,22 @@ async fn node_mode_keeps_the_hosts_user_namespace() {
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
 
+/// RunPodSandbox refuses `config` with InvalidArgument naming `field`.
+async fn assert_invalid(d: &mut TestDaemon, config: cri::PodSandboxConfig, field: &str) {
+    let name = config.metadata.clone().unwrap_or_default().name;
+    let err = d
+        .cri
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err(&name);
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{name}: {err}");
+    assert!(err.message().contains(field), "{name}: {}", err.message());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_user_namespaces_are_refused_naming_the_field() {
     let mut d = TestDaemon::start("userns-bad").await;
@@ -298,18 +317,21 @@ async fn invalid_user_namespaces_are_refused_naming_the_field() {
                 .unwrap()
                 .network = n as i32;
         }
-        let err = d
-            .cri
-            .runtime
-            .run_pod_sandbox(cri::RunPodSandboxRequest {
-                config: Some(config),
-                runtime_handler: String::new(),
-            })
-            .await
-            .expect_err(name);
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{name}: {err}");
-        assert!(err.message().contains(field), "{name}: {}", err.message());
+        assert_invalid(&mut d, config, field).await;
     }
+    // The pause's own user must be mapped too: refused before anything is made.
+    let mut config = e2e::fixtures::sandbox_config("unmapped-pause", &d.cgroup_parent);
+    set_userns(
+        &mut config,
+        userns(cri::NamespaceMode::Pod, vec![mapping(0, HOST_ID, 1000)]),
+    );
+    config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .unwrap()
+        .run_as_user = Some(cri::Int64Value { value: 5000 });
+    assert_invalid(&mut d, config, "run_as_user").await;
     let pods = d
         .cri
         .runtime

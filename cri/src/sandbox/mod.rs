@@ -97,6 +97,14 @@ impl SandboxService {
         self.settings.user_namespaces.is_ok()
     }
 
+    /// The same, with the reason when not (for Status's verbose info).
+    pub fn user_namespaces_support(&self) -> serde_json::Value {
+        match &self.settings.user_namespaces {
+            Ok(()) => serde_json::json!({"supported": true}),
+            Err(why) => serde_json::json!({"supported": false, "reason": why}),
+        }
+    }
+
     /// The name of the one runtime handler peapod has (the OCI runtime's file name).
     pub fn runtime_handler_name(&self) -> String {
         Path::new(&self.settings.runtime_path)

@@ -38,15 +38,17 @@ pub fn check_user_namespace(
     config: &PodSandboxConfig,
     support: &std::result::Result<(), String>,
 ) -> Result<()> {
-    if peapod_spec::pod_user_namespace(config)?.is_some() {
-        if let Err(why) = support {
-            return Err(Error::failed_precondition(format!(
-                "config.linux.security_context.namespace_options.userns_options: user \
-                 namespaces are not supported on this host ({why})"
-            )));
-        }
+    let Some(userns) = peapod_spec::pod_user_namespace(config)? else {
+        return Ok(());
+    };
+    if let Err(why) = support {
+        return Err(Error::failed_precondition(format!(
+            "config.linux.security_context.namespace_options.userns_options: user \
+             namespaces are not supported on this host ({why})"
+        )));
     }
-    Ok(())
+    // Before anything is made: the pause's ids must be mapped.
+    pause_user(config, Some(&userns)).map(drop)
 }
 
 /// The user namespace of a pod with one: pinned beside its network namespace, with which it
@@ -371,5 +373,82 @@ mod tests {
         assert!(!ns.contains(&LinuxNamespaceType::Uts));
         assert!(ns.contains(&LinuxNamespaceType::Ipc));
         assert_eq!(spec.hostname(), &None);
+    }
+
+    fn with_userns(length: u32) -> PodSandboxConfig {
+        let mut c = config(NamespaceMode::Pod, NamespaceMode::Pod);
+        let m = peapod_proto::v1::IdMapping {
+            container_id: 0,
+            host_id: 200000,
+            length,
+        };
+        c.linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .and_then(|s| s.namespace_options.as_mut())
+            .unwrap()
+            .userns_options = Some(peapod_proto::v1::UserNamespace {
+            mode: NamespaceMode::Pod as i32,
+            uids: vec![m],
+            gids: vec![m],
+        });
+        c
+    }
+
+    #[test]
+    fn a_pod_user_namespace_is_joined_from_its_pin_with_the_mappings() {
+        let c = with_userns(65536);
+        let mut i = inputs(Some(Path::new("/run/peapod/netns/x")));
+        i.userns = Some(Path::new("/run/peapod/netns/x.userns"));
+        let spec = pause_spec(&c, &i).unwrap();
+        assert!(ns_types(&spec).contains(&(
+            LinuxNamespaceType::User,
+            Some("/run/peapod/netns/x.userns".into())
+        )));
+        let linux = spec.linux().as_ref().unwrap();
+        let uids = linux.uid_mappings().as_ref().unwrap();
+        assert_eq!(
+            (uids[0].container_id(), uids[0].host_id(), uids[0].size()),
+            (0, 200000, 65536)
+        );
+        assert_eq!(linux.gid_mappings().as_ref().unwrap()[0].host_id(), 200000);
+        // 65535 is mapped: pause keeps the pause image's user.
+        assert_eq!(spec.process().as_ref().unwrap().user().uid(), PAUSE_USER);
+        // Without the pin there is nothing to join: an internal error, not a pod in the
+        // host's user namespace.
+        assert!(pause_spec(&c, &inputs(Some(Path::new("/n")))).is_err());
+    }
+
+    #[test]
+    fn pause_is_root_of_a_namespace_too_small_for_65535() {
+        let c = with_userns(1000);
+        let mut i = inputs(Some(Path::new("/n")));
+        i.userns = Some(Path::new("/n.userns"));
+        let spec = pause_spec(&c, &i).unwrap();
+        let user = spec.process().as_ref().unwrap().user().clone();
+        assert_eq!((user.uid(), user.gid()), (0, 0));
+    }
+
+    #[test]
+    fn the_user_namespace_check_before_anything_is_made() {
+        let c = with_userns(65536);
+        check_user_namespace(&c, &Ok(())).unwrap();
+        let e = check_user_namespace(&c, &Err("no idmapped mounts".into())).unwrap_err();
+        assert_eq!(e.code(), crate::error::Code::FailedPrecondition);
+        assert!(e.to_string().contains("no idmapped mounts"), "{e}");
+        // A pod in the host's user namespace runs on any host.
+        let host = config(NamespaceMode::Pod, NamespaceMode::Pod);
+        check_user_namespace(&host, &Err("no".into())).unwrap();
+        // The pause's explicit uid must be mapped.
+        let mut unmapped = with_userns(1000);
+        unmapped
+            .linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .unwrap()
+            .run_as_user = Some(peapod_proto::v1::Int64Value { value: 5000 });
+        let e = check_user_namespace(&unmapped, &Ok(())).unwrap_err();
+        assert_eq!(e.code(), crate::error::Code::InvalidArgument);
+        assert!(e.to_string().contains("run_as_user 5000"), "{e}");
     }
 }

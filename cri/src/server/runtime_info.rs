@@ -45,6 +45,8 @@ pub fn status(daemon: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusRes
                 "podCIDR": daemon.network.pod_cidr(),
             },
             "runtimeHandler": daemon.sandboxes.runtime_handler_name(),
+            // Why the runtime handler does or does not offer user namespaces.
+            "userNamespaces": daemon.sandboxes.user_namespaces_support(),
             "shim": crate::shim::ShimManager::find_binary(&daemon.config.runtime.shim_path),
         });
         info.insert("config".to_string(), v.to_string());
