@@ -213,6 +213,20 @@ async fn a_pod_with_its_own_user_namespace() {
         .into_inner();
     assert_eq!(words(&String::from_utf8_lossy(&out.stdout)), want_map);
 
+    // After a daemon restart the pod's user namespace is still found for a new container.
+    assert!(d.restart().await);
+    let again = d
+        .run_container(
+            &pod,
+            in_pod(
+                &pod,
+                sh("after-restart", &image, "cat /proc/self/uid_map; echo done"),
+            ),
+        )
+        .await;
+    let lines = d.wait_log(&again, "done", Duration::from_secs(60)).await;
+    assert_eq!(words(&lines[0].text), want_map);
+
     d.remove_pod(&pod).await;
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
@@ -341,5 +355,37 @@ async fn invalid_user_namespaces_are_refused_naming_the_field() {
         .into_inner()
         .items;
     assert!(pods.is_empty(), "{pods:?}");
+    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_user_namespace_pod_leaves_nothing() {
+    let mut d = TestDaemon::start("userns-fail").await;
+    // Accepted by validation, refused by the kernel when runc writes it in the pod's network
+    // namespace: the failure comes after the user and network namespaces were pinned, the
+    // shim started and the pause's idmapped root mounted.
+    let mut config = e2e::fixtures::sandbox_config("userns-fail", &d.cgroup_parent);
+    set_userns(
+        &mut config,
+        userns(cri::NamespaceMode::Pod, vec![mapping(0, HOST_ID, LENGTH)]),
+    );
+    config
+        .linux
+        .as_mut()
+        .unwrap()
+        .sysctls
+        .insert("net.ipv4.ip_forward".into(), "not-a-number".into());
+    let err = d
+        .cri
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err("a sysctl the kernel refuses");
+    // The runtime's refusal, not validation's: everything had been made by then.
+    assert_eq!(err.code(), tonic::Code::Internal, "{err}");
+    assert!(err.message().contains("ip_forward"), "{err}");
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
