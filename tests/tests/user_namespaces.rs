@@ -77,6 +77,14 @@ const SCRIPT: &str = "cat /proc/self/uid_map /proc/self/gid_map; echo ids $(id -
     echo plain $(stat -c '%u:%g' /plain/from-host); \
     echo done; sleep 300 & wait";
 
+/// The uid_map a new container `name` of `pod` sees (its first line, split).
+async fn uid_map_in(d: &mut TestDaemon, pod: &Pod, image: &str, name: &str) -> Vec<String> {
+    let config = in_pod(pod, sh(name, image, "cat /proc/self/uid_map; echo done"));
+    let id = d.run_container(pod, config).await;
+    let lines = d.wait_log(&id, "done", Duration::from_secs(60)).await;
+    words(&lines[0].text)
+}
+
 fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_string).collect()
 }
@@ -215,17 +223,10 @@ async fn a_pod_with_its_own_user_namespace() {
 
     // After a daemon restart the pod's user namespace is still found for a new container.
     assert!(d.restart().await);
-    let again = d
-        .run_container(
-            &pod,
-            in_pod(
-                &pod,
-                sh("after-restart", &image, "cat /proc/self/uid_map; echo done"),
-            ),
-        )
-        .await;
-    let lines = d.wait_log(&again, "done", Duration::from_secs(60)).await;
-    assert_eq!(words(&lines[0].text), want_map);
+    assert_eq!(
+        uid_map_in(&mut d, &pod, &image, "after-restart").await,
+        want_map
+    );
 
     d.remove_pod(&pod).await;
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
@@ -242,18 +243,8 @@ async fn node_mode_keeps_the_hosts_user_namespace() {
             set_userns(c, userns(cri::NamespaceMode::Node, vec![]))
         })
         .await;
-    let id = d
-        .run_container(
-            &pod,
-            in_pod(
-                &pod,
-                sh("node", &image, "cat /proc/self/uid_map; echo done"),
-            ),
-        )
-        .await;
-    let lines = d.wait_log(&id, "done", Duration::from_secs(60)).await;
     let host = std::fs::read_to_string("/proc/self/uid_map").unwrap();
-    assert_eq!(words(&lines[0].text), words(&host));
+    assert_eq!(uid_map_in(&mut d, &pod, &image, "node").await, words(&host));
     d.remove_pod(&pod).await;
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
