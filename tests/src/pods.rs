@@ -137,6 +137,36 @@ impl TestDaemon {
             .expect("status")
     }
 
+    /// The verbose `info` of ContainerStatus (pid, rootfs, runtime spec, ...).
+    pub async fn container_info(&mut self, id: &str) -> serde_json::Value {
+        let resp = self
+            .cri
+            .runtime
+            .container_status(cri::ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: true,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+            .into_inner();
+        serde_json::from_str(&resp.info["info"]).expect("verbose info is JSON")
+    }
+
+    /// The verbose `info` of PodSandboxStatus (the pause's pid, ...).
+    pub async fn pod_info(&mut self, id: &str) -> serde_json::Value {
+        let resp = self
+            .cri
+            .runtime
+            .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: true,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("PodSandboxStatus {id}: {e}"))
+            .into_inner();
+        crate::fixtures::verbose_info(&resp)
+    }
+
     /// Polls until the container has exited (at most `limit`).
     pub async fn wait_exited(&mut self, id: &str, limit: Duration) -> cri::ContainerStatus {
         let deadline = Instant::now() + limit;
@@ -196,6 +226,46 @@ impl TestDaemon {
 pub struct Pod {
     pub id: String,
     pub config: cri::PodSandboxConfig,
+}
+
+/// Runs pod `name` (logs under `logs`) with one `sh -c script` container, created and started,
+/// over its own client (for calls made concurrently, or cut short); returns the pod's and the
+/// container's ids.
+pub async fn run_pod_with_app(
+    cri: &mut crate::Cri,
+    name: &str,
+    cgroup_parent: &str,
+    logs: &Path,
+    image: &str,
+    script: &str,
+) -> Result<(String, String), tonic::Status> {
+    let mut config = sandbox_config(name, cgroup_parent);
+    config.log_directory = logs.join(name).display().to_string();
+    let pod = cri
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await?
+        .into_inner()
+        .pod_sandbox_id;
+    let cid = cri
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(sh("app", image, script)),
+            sandbox_config: Some(config),
+        })
+        .await?
+        .into_inner()
+        .container_id;
+    cri.runtime
+        .start_container(cri::StartContainerRequest {
+            container_id: cid.clone(),
+        })
+        .await?;
+    Ok((pod, cid))
 }
 
 /// A container config: name, image, command and args; logs at `<name>/0.log`.

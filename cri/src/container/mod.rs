@@ -8,11 +8,13 @@
 
 mod create;
 mod exit;
+mod idmapped_mounts;
 mod image_volumes;
 #[cfg(test)]
 mod lifecycle_tests;
 mod list;
 mod process;
+mod recover;
 mod remove;
 mod reopen_log;
 mod start;
@@ -31,6 +33,7 @@ use crate::store::sandbox::SandboxRecords;
 use std::sync::Arc;
 
 pub use create::CreateContainer;
+pub use recover::ContainerRecovery;
 pub use status::verbose_info;
 
 /// The container calls, over the container records and the services they use.
