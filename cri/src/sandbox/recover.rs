@@ -112,7 +112,8 @@ impl SandboxService {
             Err(e) => tracing::warn!(orphan = %what, error = %e, "removing an orphan"),
         };
         for path in entries(&self.paths.netns_dir()) {
-            if !netns_in_use.contains(&path) {
+            // A pod's `<netns>.userns` pin belongs to its netns (unpinned with it).
+            if !netns_in_use.contains(&crate::network::netns::owner_of_pin(&path)) {
                 note(
                     format!("netns {}", path.display()),
                     self.host.unpin_netns(&path),
