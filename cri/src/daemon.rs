@@ -35,6 +35,9 @@ pub struct Effects {
     pub runtime_rro: bool,
     /// NRI plugins (a no-op when `[nri]` is disabled).
     pub nri: Arc<Nri>,
+    /// Whether pods can have their own user namespace here (`peapod_host::userns::probe`:
+    /// a user namespace owning a network namespace, an overlay of idmapped layers), or why not.
+    pub user_namespaces: std::result::Result<(), String>,
 }
 
 pub struct Daemon {
@@ -80,6 +83,21 @@ fn prepare_dirs(config: &Config) -> Result<()> {
     Ok(())
 }
 
+/// Tries, once at start, what a pod with its own user namespace needs from this host (see
+/// `peapod_host::userns::probe`), in a scratch directory on the filesystem of the layers.
+async fn probe_user_namespaces(root: &Path) -> std::result::Result<(), String> {
+    let scratch = root.join("userns-probe");
+    let res = tokio::task::spawn_blocking(move || peapod_host::userns::probe(&scratch))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    match &res {
+        Ok(()) => tracing::info!("user namespaces for pods: supported (idmapped layers)"),
+        Err(why) => tracing::warn!(reason = %why, "user namespaces for pods: not supported here"),
+    }
+    res
+}
+
 /// Asks the OCI runtime (`<runtime> features`, runc >= 1.1) whether it knows "rro"; a runtime
 /// without the subcommand, or none at all, does not.
 async fn runtime_supports_rro(runtime: &str) -> bool {
@@ -117,6 +135,7 @@ impl Daemon {
             process_stats: Arc::new(HostProcessStats),
             runtime_rro: runtime_supports_rro(&config.runtime.path).await,
             nri: Nri::start(&config.nri)?,
+            user_namespaces: probe_user_namespaces(&config.root).await,
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
         crate::recovery::recover(&daemon).await;
@@ -124,6 +143,7 @@ impl Daemon {
             .nri
             .restore(daemon.sandboxes.records(), daemon.containers.records())
             .await;
+        daemon.nri.serve_updates(&daemon.containers);
         daemon.start_streaming().await?;
         Ok(daemon)
     }
@@ -183,6 +203,7 @@ impl Daemon {
                 runtime_path: config.runtime.path.clone(),
                 sandbox_image: config.sandbox.image.clone(),
                 pause_rootfs,
+                user_namespaces: effects.user_namespaces,
             },
         }));
         let exec = Arc::new(ExecService::new(

@@ -1,6 +1,7 @@
 //! The host operations of the sandbox lifecycle that need root: pinning network namespaces
-//! and mounting a pod's /dev/shm. Behind a trait so that the lifecycle's unit tests run
-//! without root against a fake (`crate::testing`).
+//! (with the pod's user namespace when it has one) and mounting a pod's /dev/shm. Behind a
+//! trait so that the lifecycle's unit tests run without root against a fake
+//! (`crate::testing`).
 //!
 //! The trait is synchronous (its callers hold no locks across it and its fakes are plain),
 //! but the real operations are system calls that can block — a mount or unmount waits on the
@@ -16,9 +17,17 @@ use std::path::{Path, PathBuf};
 const SHM_SIZE: &str = "65536k";
 
 pub trait HostOps: Send + Sync {
-    /// Creates a new network namespace pinned at `dir/name`.
-    fn pin_netns(&self, dir: &Path, name: &str) -> Result<PathBuf>;
-    /// Unpins and removes a namespace file; a missing one is fine.
+    /// Creates a new network namespace pinned at `dir/name`. With `userns` (a pod with its own
+    /// user namespace), the user namespace is made too, pinned at
+    /// [`netns::userns_pin`]`(dir/name)`, and owns the network namespace.
+    fn pin_netns(
+        &self,
+        dir: &Path,
+        name: &str,
+        userns: Option<&peapod_spec::PodUserNamespace>,
+    ) -> Result<PathBuf>;
+    /// Unpins and removes a namespace file (and the user namespace pinned with it); a missing
+    /// one is fine.
     fn unpin_netns(&self, path: &Path) -> Result<()>;
     /// Mounts a pod's /dev/shm tmpfs at `path` (made if missing).
     fn mount_shm(&self, path: &Path) -> Result<()>;
@@ -30,8 +39,16 @@ pub trait HostOps: Send + Sync {
 pub struct RealHostOps;
 
 impl HostOps for RealHostOps {
-    fn pin_netns(&self, dir: &Path, name: &str) -> Result<PathBuf> {
-        off_runtime(|| netns::create(dir, name))
+    fn pin_netns(
+        &self,
+        dir: &Path,
+        name: &str,
+        userns: Option<&peapod_spec::PodUserNamespace>,
+    ) -> Result<PathBuf> {
+        off_runtime(|| match userns {
+            Some(u) => netns::create_in_userns(dir, name, u),
+            None => netns::create(dir, name),
+        })
     }
 
     fn unpin_netns(&self, path: &Path) -> Result<()> {

@@ -5,6 +5,7 @@
 
 use crate::error::Result;
 use async_trait::async_trait;
+use peapod_host::userns::PinnedUserns;
 use peapod_image::{Image, ImageConfig};
 use std::path::Path;
 
@@ -20,6 +21,16 @@ pub trait Images: Send + Sync {
         target: &Path,
         readonly: bool,
     ) -> Result<()>;
+    /// [`Images::create_rootfs`] for an owner in a pod's user namespace: the image's files
+    /// show as owned by their own ids inside (idmapped layers).
+    async fn create_rootfs_in_userns(
+        &self,
+        image_id: &str,
+        owner_id: &str,
+        target: &Path,
+        readonly: bool,
+        userns: &PinnedUserns,
+    ) -> Result<()>;
     /// Releases what `create_rootfs` made for `owner_id`; an unknown owner is fine.
     async fn remove_rootfs(&self, owner_id: &str, target: &Path) -> Result<()>;
     /// The owners that have a root filesystem (for the start-up sweep of orphans).
@@ -31,6 +42,30 @@ pub trait Images: Send + Sync {
         files: &[(String, Vec<u8>, u32)],
         config: ImageConfig,
     ) -> Result<()>;
+}
+
+/// An image's root filesystem for `owner_id` at `target`, idmapped for the pod's user
+/// namespace when the owner's pod has one.
+pub async fn create_rootfs(
+    images: &dyn Images,
+    image_id: &str,
+    owner_id: &str,
+    target: &Path,
+    readonly: bool,
+    userns: Option<&PinnedUserns>,
+) -> Result<()> {
+    match userns {
+        Some(ns) => {
+            images
+                .create_rootfs_in_userns(image_id, owner_id, target, readonly, ns)
+                .await
+        }
+        None => {
+            images
+                .create_rootfs(image_id, owner_id, target, readonly)
+                .await
+        }
+    }
 }
 
 #[async_trait]
@@ -47,6 +82,21 @@ impl Images for peapod_image::Store {
         readonly: bool,
     ) -> Result<()> {
         peapod_image::Store::create_rootfs(self, image_id, owner_id, target, readonly).await?;
+        Ok(())
+    }
+
+    async fn create_rootfs_in_userns(
+        &self,
+        image_id: &str,
+        owner_id: &str,
+        target: &Path,
+        readonly: bool,
+        userns: &PinnedUserns,
+    ) -> Result<()> {
+        peapod_image::Store::create_rootfs_in_userns(
+            self, image_id, owner_id, target, readonly, userns,
+        )
+        .await?;
         Ok(())
     }
 

@@ -7,7 +7,9 @@
 //! - [`cgroup`]: a process's cgroups from `/proc/<pid>/cgroup`, the host's cgroup layout (v1,
 //!   hybrid, v2) and where a controller's directory is under the cgroup mount;
 //! - [`rootfs`]: reading a file of a container's root filesystem (an image's `/etc/passwd`)
-//!   without leaving it and without opening FIFOs or devices.
+//!   without leaving it and without opening FIFOs or devices;
+//! - [`userns`]: a pod's user namespace (and its network namespace owned by it) pinned on
+//!   files, idmapped mounts of root filesystems, and the probe that says whether this host can.
 //!
 //! Parsing `/etc/passwd` and `/etc/group` is not here: it is pure text work and lives with the
 //! user resolution that uses it, in `peapod-spec` (`peapod_spec::user`). This crate only reads
@@ -32,3 +34,4 @@ pub mod cgroup;
 pub mod fs;
 pub mod mount;
 pub mod rootfs;
+pub mod userns;

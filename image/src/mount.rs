@@ -202,6 +202,90 @@ fn mount_overlay_fsconfig(
     Ok(())
 }
 
+/// The root filesystem of a container in its pod's user namespace: the same overlay as
+/// [`mount_overlay`], but the shared image layers go in through read-only idmapped binds
+/// under `scratch`, so that files owned by host root show as owned by root inside without
+/// chowning the layers. The container's own writable layer (`rw`: the directory holding
+/// `upper` and `work`) is not idmapped — overlayfs works in it with the mounter's (host
+/// root's) credentials, which an idmapping would not map (EOVERFLOW, and a silently read-only
+/// overlay) — but its `upper` is given to the namespace's root, so what container root
+/// writes is stored with its host ids, in its own layer only. overlayfs keeps private clones
+/// of its layers' mounts, so the binds are detached again as soon as the overlay is mounted
+/// and `scratch` is removed: only the overlay at `target` remains, as without a user
+/// namespace. A read-only single-layer rootfs is one idmapped read-only bind. On failure
+/// nothing is left.
+pub(crate) fn mount_overlay_idmapped(
+    lowers: &[PathBuf],
+    rw: Option<&Path>,
+    target: &Path,
+    readonly: bool,
+    userns: &peapod_host::userns::PinnedUserns,
+    scratch: &Path,
+) -> Result<(), Error> {
+    let idmap = |src: &Path, dst: &Path, ro: bool| {
+        peapod_host::userns::idmapped_bind(src, dst, &userns.path, ro).map_err(|e| {
+            Error::io(
+                format!(
+                    "idmapped mount of {} on {} for the user namespace {}",
+                    src.display(),
+                    dst.display(),
+                    userns.path.display()
+                ),
+                e,
+            )
+        })
+    };
+    if readonly && rw.is_none() && lowers.len() == 1 {
+        return idmap(&lowers[0], target, true);
+    }
+    let mut binds: Vec<PathBuf> = Vec::new();
+    let result = (|| {
+        let mut idmapped_lowers = Vec::with_capacity(lowers.len());
+        for (i, lower) in lowers.iter().enumerate() {
+            let dst = scratch.join(format!("l{i}"));
+            std::fs::create_dir_all(&dst)
+                .map_err(|e| Error::io(format!("creating {}", dst.display()), e))?;
+            idmap(lower, &dst, true)?;
+            binds.push(dst.clone());
+            idmapped_lowers.push(dst);
+        }
+        let upper = match rw {
+            Some(dir) => {
+                let upper = dir.join("upper");
+                std::os::unix::fs::chown(&upper, Some(userns.root_uid), Some(userns.root_gid))
+                    .map_err(|e| Error::io(format!("chown {}", upper.display()), e))?;
+                Some((upper, dir.join("work")))
+            }
+            None => None,
+        };
+        mount_overlay(
+            &idmapped_lowers,
+            upper.as_ref().map(|(u, w)| (u.as_path(), w.as_path())),
+            target,
+            readonly,
+        )?;
+        let ro = peapod_host::userns::is_readonly(target)
+            .map_err(|e| Error::io(format!("statvfs {}", target.display()), e))?;
+        if ro && !readonly {
+            let _ = unmount(target);
+            return Err(Error::io(
+                format!("the overlay at {} came up read-only", target.display()),
+                std::io::Error::other("see the kernel log (overlayfs)"),
+            ));
+        }
+        Ok(())
+    })();
+    for b in &binds {
+        if let Err(e) = peapod_host::mount::detach(b) {
+            tracing::warn!(path = %b.display(), error = %e, "detaching an idmapped layer bind");
+        }
+    }
+    if let Err(e) = peapod_host::fs::remove_dir_all_if_exists(scratch) {
+        tracing::warn!(path = %scratch.display(), error = %e, "removing the idmapped binds' directory");
+    }
+    result
+}
+
 /// Bind-mounts `src` read-only on `target` (a single-layer read-only rootfs
 /// needs no overlay at all).
 pub(crate) fn bind_readonly(src: &Path, target: &Path) -> Result<(), Error> {

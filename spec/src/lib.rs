@@ -39,7 +39,9 @@
 //!   no rlimits (containerd removes the default RLIMIT_NOFILE: the container inherits the
 //!   runtime's).
 //! * **namespaces**: new mount; pod network by path, pause's IPC and UTS unless NODE; PID per
-//!   mode; cgroup on v2 for unprivileged containers.
+//!   mode; cgroup on v2 for unprivileged containers; the pause's user namespace, with the
+//!   pod's uid/gid mappings, when the pod has one ([`pod_user_namespace`]: mode POD, one
+//!   mapping each of container id 0; the process's ids must be mapped).
 //! * **mounts**: /proc, /dev, /dev/pts, /dev/mqueue, /sys and /sys/fs/cgroup (read-only unless
 //!   privileged), the pod's /dev/shm (host's with host IPC), /etc/hostname, /etc/hosts,
 //!   /etc/resolv.conf from the sandbox directory (read-only only with a read-only rootfs,
@@ -63,8 +65,10 @@
 //!
 //! ## Not supported (refused with InvalidArgument)
 //!
-//! Image volume mounts (`Mount.image`), id-mapped mounts, user namespaces, CDI devices,
-//! recursive read-only mounts where the host lacks them. Image `VOLUME`s are not turned into
+//! Image volume mounts (`Mount.image`), id-mapped CRI mounts (`Mount.uidMappings`), user
+//! namespaces of mode CONTAINER or TARGET, CDI devices, recursive read-only mounts where the
+//! host lacks them. (The root filesystem of a pod with its own user namespace is idmapped by
+//! the daemon before the runtime sees it: runc 1.1 cannot.) Image `VOLUME`s are not turned into
 //! anonymous volumes (the rootfs holds their content, writable unless `readonly_rootfs`).
 
 mod caps;
@@ -78,6 +82,7 @@ mod seccomp;
 mod security;
 mod spec;
 mod user;
+mod userns;
 mod util;
 
 #[cfg(test)]
@@ -97,6 +102,7 @@ pub use seccomp::default_profile_json;
 pub use security::{DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS};
 pub use spec::{annotations, spec_json, OCI_VERSION};
 pub use user::{parse_user_spec, resolve_user, user_to_resolve, ResolvedUser, UserId, UserRequest};
+pub use userns::{pod_user_namespace, PodUserNamespace};
 
 use peapod_proto::v1::{ContainerConfig, PodSandboxConfig};
 use serde::{Deserialize, Serialize};

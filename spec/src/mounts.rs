@@ -127,7 +127,8 @@ fn validate(i: usize, m: &Mount, rro_supported: bool) -> Result<MountPropagation
     }
     if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
         return Err(SpecError::invalid(format!(
-            "{}: id-mapped mounts are not supported (no user namespaces)",
+            "{}: id-mapped mounts are made by the daemon, only in a pod with its own user \
+             namespace and with the pod's mapping",
             field(i, "uid_mappings")
         )));
     }

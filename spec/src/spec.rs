@@ -9,6 +9,7 @@ use crate::resources::{oom_score_adj, resources_json};
 use crate::seccomp::{default_profile_json, load_localhost_profile, seccomp_choice, Seccomp};
 use crate::security::{apparmor_profile, masked_and_readonly, selinux_labels};
 use crate::user::additional_gids;
+use crate::userns::{container_user_namespace, PodUserNamespace};
 use crate::ContainerInputs;
 use oci_spec::runtime::Spec;
 use peapod_proto::v1::{
@@ -53,12 +54,14 @@ fn ns(typ: &str, path: Option<String>) -> Value {
 /// UTS (the pause's) unless the pod uses the host's; PID per the container's mode (POD: the
 /// pause's, CONTAINER: a new one, NODE: the host's, TARGET: the target container's); a new
 /// cgroup namespace on cgroup v2 for unprivileged containers (as containerd: v1 and
-/// privileged containers keep the host's view).
+/// privileged containers keep the host's view); the pod's user namespace (the pause's) when
+/// the pod has one.
 fn namespaces(
     inputs: &ContainerInputs<'_>,
     container_ns: &NamespaceOption,
     sandbox_ns: &NamespaceOption,
     privileged: bool,
+    userns: Option<&PodUserNamespace>,
 ) -> Result<Vec<Value>> {
     let pause = inputs.sandbox.pause_pid;
     let proc_ns = |pid: u32, kind: &str| Some(format!("/proc/{pid}/ns/{kind}"));
@@ -93,17 +96,34 @@ fn namespaces(
     if inputs.host.cgroup_v2 && !privileged {
         out.push(ns("cgroup", None));
     }
-    for (what, opts) in [("config", container_ns), ("sandbox config", sandbox_ns)] {
-        if let Some(u) = &opts.userns_options {
-            if mode(u.mode) != NamespaceMode::Node {
-                return Err(SpecError::invalid(format!(
-                    "{what}: linux.security_context.namespace_options.userns_options: \
-                     user namespaces are not supported"
-                )));
-            }
-        }
+    if userns.is_some() {
+        // Joined like the pod's other namespaces; the mappings go in the spec too, as runc
+        // 1.1 needs them to know the host id of root inside.
+        out.push(ns("user", proc_ns(pause, "user")));
     }
     Ok(out)
+}
+
+/// In a user namespace a process can only be ids that are mapped: say which one is not, rather
+/// than let the runtime fail on setuid.
+fn check_mapped(u: &PodUserNamespace, uid: u32, gid: u32, additional: &[u32]) -> Result<()> {
+    if !u.maps_uid(uid) {
+        return Err(SpecError::invalid(format!(
+            "config.linux.security_context.run_as_user (or the image's user): uid {uid} is not \
+             mapped in the pod's user namespace (sandbox_config ... userns_options.uids)"
+        )));
+    }
+    if let Some(g) = std::iter::once(&gid)
+        .chain(additional)
+        .find(|g| !u.maps_gid(**g))
+    {
+        return Err(SpecError::invalid(format!(
+            "config.linux.security_context.run_as_group or supplemental_groups (or the image's \
+             groups): gid {g} is not mapped in the pod's user namespace (sandbox_config ... \
+             userns_options.gids)"
+        )));
+    }
+    Ok(())
 }
 
 fn annotations_json(inputs: &ContainerInputs<'_>) -> Map<String, Value> {
@@ -186,6 +206,7 @@ pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
     }
     let container_ns = sc.namespace_options.clone().unwrap_or_default();
     let sandbox_ns = sandbox_sc.namespace_options.clone().unwrap_or_default();
+    let userns = container_user_namespace(&container_ns, &sandbox_ns)?;
 
     // process
     let args = process_args(config, inputs.image)?;
@@ -211,6 +232,10 @@ pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
         privileged,
         host,
     );
+
+    if let Some(u) = &userns {
+        check_mapped(u, inputs.user.uid, inputs.user.gid, &gids)?;
+    }
 
     let mut capabilities = json!({
         "bounding": caps.bounding,
@@ -276,9 +301,14 @@ pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
     res.insert("devices".into(), Value::Array(devices.rules));
 
     let mut linux = json!({
-        "namespaces": namespaces(inputs, &container_ns, &sandbox_ns, privileged)?,
+        "namespaces": namespaces(inputs, &container_ns, &sandbox_ns, privileged, userns.as_ref())?,
         "resources": res,
     });
+    if let Some(u) = &userns {
+        let (uids, gids) = u.spec_mappings();
+        linux["uidMappings"] = uids;
+        linux["gidMappings"] = gids;
+    }
     if !inputs.cgroups_path.is_empty() {
         linux["cgroupsPath"] = json!(inputs.cgroups_path);
     }

@@ -2,8 +2,8 @@
 
 use crate::*;
 use peapod_proto::v1::{
-    security_profile::ProfileType, Capability, ContainerMetadata, Device, ImageSpec, KeyValue,
-    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
+    security_profile::ProfileType, Capability, ContainerMetadata, Device, IdMapping, ImageSpec,
+    KeyValue, LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
     LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, MountPropagation, NamespaceMode,
     NamespaceOption, PodSandboxMetadata, SecurityProfile, UserNamespace,
 };
@@ -578,18 +578,60 @@ fn cgroup_namespace_only_on_v2_unprivileged() {
 }
 
 #[test]
-fn user_namespaces_are_refused() {
+fn a_container_joins_its_pods_user_namespace_with_the_mappings() {
     let mut f = Fixture::new();
-    f.container_ns().userns_options = Some(UserNamespace {
+    let pod_userns = UserNamespace {
         mode: NamespaceMode::Pod as i32,
-        ..Default::default()
-    });
-    assert!(f.err().contains("user namespaces"));
+        uids: vec![IdMapping {
+            container_id: 0,
+            host_id: 100000,
+            length: 65536,
+        }],
+        gids: vec![IdMapping {
+            container_id: 0,
+            host_id: 200000,
+            length: 65536,
+        }],
+    };
+    f.sandbox_ns().userns_options = Some(pod_userns.clone());
+    f.container_ns().userns_options = Some(pod_userns);
+    let s = f.json();
+    assert_eq!(ns_path(&s, "user"), Some(Some("/proc/4242/ns/user".into())));
+    assert_eq!(
+        s["linux"]["uidMappings"],
+        json!([{"containerID": 0, "hostID": 100000, "size": 65536}])
+    );
+    assert_eq!(s["linux"]["gidMappings"][0]["hostID"], 200000);
+    // An id the mapping does not cover is refused before the runtime fails on it.
+    f.user.uid = 70000;
+    assert!(f.err().contains("uid 70000"), "{}", f.err());
+    f.user.uid = 0;
+    f.user.additional_gids = vec![66000];
+    assert!(f.err().contains("gid 66000"), "{}", f.err());
+    // Another mode than the pod's, or CONTAINER, is refused naming the field.
+    f.user.additional_gids = vec![];
     f.container_ns().userns_options = Some(UserNamespace {
         mode: NamespaceMode::Node as i32,
         ..Default::default()
     });
-    f.json();
+    assert!(f.err().contains("userns_options.mode"), "{}", f.err());
+}
+
+#[test]
+fn node_user_namespace_adds_nothing() {
+    let mut f = Fixture::new();
+    f.container_ns().userns_options = Some(UserNamespace {
+        mode: NamespaceMode::Node as i32,
+        ..Default::default()
+    });
+    let s = f.json();
+    assert_eq!(ns_path(&s, "user"), None);
+    assert!(s["linux"].get("uidMappings").is_none());
+    f.container_ns().userns_options = Some(UserNamespace {
+        mode: NamespaceMode::Container as i32,
+        ..Default::default()
+    });
+    assert!(f.err().contains("userns_options.mode"), "{}", f.err());
 }
 
 #[test]

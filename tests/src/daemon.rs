@@ -37,7 +37,7 @@ pub struct DaemonOptions {
     /// Extra CNI plugin directory searched before the system ones.
     pub extra_cni_bin: Option<PathBuf>,
     /// Extra TOML appended to the daemon's configuration file; `{cgroup_parent}` is replaced
-    /// by this daemon's cgroup parent. Without a `[pods]` table here, one putting pod cgroups
+    /// by this daemon's cgroup parent and `{dir}` by its directory. Without a `[pods]` table here, one putting pod cgroups
     /// at `{cgroup_parent}/kubepods` is added.
     pub extra_config: String,
 }
@@ -121,7 +121,9 @@ impl TestDaemon {
             state = state.display(),
             conf = conf_dir.display(),
             bins = bin_dirs,
-            extra = extra.replace("{cgroup_parent}", &cgroup_parent),
+            extra = extra
+                .replace("{cgroup_parent}", &cgroup_parent)
+                .replace("{dir}", &dir.display().to_string()),
         );
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config).expect("write config");
@@ -199,6 +201,24 @@ impl TestDaemon {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Sends SIGTERM and waits up to `bound` for the daemon to exit: its exit status, or None
+    /// when it was still running then (it is killed, so the test can go on).
+    pub fn terminate(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// Everything of this daemon's pods that is still on the machine; empty when clean.

@@ -137,6 +137,36 @@ impl TestDaemon {
             .expect("status")
     }
 
+    /// The verbose `info` of ContainerStatus (pid, rootfs, runtime spec, ...).
+    pub async fn container_info(&mut self, id: &str) -> serde_json::Value {
+        let resp = self
+            .cri
+            .runtime
+            .container_status(cri::ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: true,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+            .into_inner();
+        serde_json::from_str(&resp.info["info"]).expect("verbose info is JSON")
+    }
+
+    /// The verbose `info` of PodSandboxStatus (the pause's pid, ...).
+    pub async fn pod_info(&mut self, id: &str) -> serde_json::Value {
+        let resp = self
+            .cri
+            .runtime
+            .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: true,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("PodSandboxStatus {id}: {e}"))
+            .into_inner();
+        crate::fixtures::verbose_info(&resp)
+    }
+
     /// Polls until the container has exited (at most `limit`).
     pub async fn wait_exited(&mut self, id: &str, limit: Duration) -> cri::ContainerStatus {
         let deadline = Instant::now() + limit;

@@ -253,6 +253,9 @@ impl ContainerService {
         let root_dir = self.paths.container_root_dir(id);
         let rootfs = bundle.join("rootfs");
         let exit_file = root_dir.join("exit");
+        // In a pod with its own user namespace, an idmapped rootfs (runc 1.1 cannot make one).
+        let userns =
+            crate::sandbox::spec::pinned_user_namespace(&srec.config, srec.netns.as_deref())?;
         let log_path = if srec.config.log_directory.is_empty() || config.log_path.is_empty() {
             String::new()
         } else {
@@ -301,16 +304,30 @@ impl ContainerService {
         for dir in [&bundle, &root_dir] {
             std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
         }
-        self.images
-            .create_rootfs(&image.id, id, &rootfs, false)
-            .await?;
+        crate::images::create_rootfs(
+            self.images.as_ref(),
+            &image.id,
+            id,
+            &rootfs,
+            false,
+            userns.as_ref(),
+        )
+        .await?;
         made.rootfs = Some(rootfs.clone());
         crate::failpoint::hit("container.create.after-rootfs").await;
-        let spec_config = self
+        let mut spec_config = self
             .prepare_image_volumes(id, &bundle, &mut config, &mut made.image_volumes)
             .await?;
         let volumes = made.image_volumes.clone();
         entry.update(|r| r.image_volumes = volumes)?;
+        // Volumes with the pod's id mapping: staged idmapped binds, detached when this drops
+        // (after the runtime's create, which gives the container its own copies).
+        let _idmapped = super::idmapped_mounts::stage(
+            &mut spec_config,
+            &bundle.join("idmapped-mounts"),
+            &srec.config,
+            userns.as_ref(),
+        )?;
 
         let (passwd, group) = crate::host_ops::read_image_accounts(&rootfs).await?;
         let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())

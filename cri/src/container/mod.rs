@@ -8,6 +8,7 @@
 
 mod create;
 mod exit;
+mod idmapped_mounts;
 mod image_volumes;
 #[cfg(test)]
 mod lifecycle_tests;

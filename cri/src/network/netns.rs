@@ -38,11 +38,47 @@ pub fn create(dir: &Path, name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Unpins and removes a namespace file; a missing one is fine.
+/// Where the user namespace of a pod with its own (CRI NamespaceMode POD) is pinned: beside
+/// its network namespace, which it owns and which is made with it ([`create_in_userns`]).
+pub fn userns_pin(netns: &Path) -> PathBuf {
+    let mut p = netns.as_os_str().to_owned();
+    p.push(".userns");
+    PathBuf::from(p)
+}
+
+/// Creates a new user namespace with the pod's mappings and a new network namespace owned by
+/// it, pinned at [`userns_pin`]`(dir/name)` and `dir/name`; returns the network namespace's
+/// path. [`remove`] of that path removes both.
+pub fn create_in_userns(
+    dir: &Path,
+    name: &str,
+    userns: &peapod_spec::PodUserNamespace,
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
+    let path = dir.join(name);
+    let map = |m: &peapod_proto::v1::IdMapping| peapod_host::userns::IdMap {
+        container_id: m.container_id,
+        host_id: m.host_id,
+        size: m.length,
+    };
+    peapod_host::userns::pin_namespaces(
+        &map(&userns.uids),
+        &map(&userns.gids),
+        &userns_pin(&path),
+        Some(&path),
+    )
+    .map_err(|e| Error::path("pin the pod's user and network namespaces at", &path, e))?;
+    Ok(path)
+}
+
+/// Unpins and removes a namespace file, and the pod's user namespace pinned beside it if
+/// there is one; missing ones are fine.
 pub fn remove(path: &Path) -> Result<()> {
     peapod_host::mount::detach(path).map_err(|e| Error::path("unmount netns", path, e))?;
     peapod_host::fs::remove_file_if_exists(path)
-        .map_err(|e| Error::path("remove netns file", path, e))
+        .map_err(|e| Error::path("remove netns file", path, e))?;
+    let userns = userns_pin(path);
+    peapod_host::userns::unpin(&userns).map_err(|e| Error::path("unpin user namespace", &userns, e))
 }
 
 /// Runs `f` on a thread that has entered the namespace at `path` (e.g. to open a socket

@@ -44,6 +44,8 @@ pub struct SandboxSettings {
     pub sandbox_image: String,
     /// The built-in pause root filesystem.
     pub pause_rootfs: PathBuf,
+    /// Whether pods can have their own user namespace on this host, or why not.
+    pub user_namespaces: std::result::Result<(), String>,
 }
 
 /// The sandbox calls, over the sandbox records and the services they use; stopping and
@@ -95,6 +97,20 @@ impl SandboxService {
     /// The sandbox records, for the calls that only read them (exec, stats).
     pub fn records(&self) -> &SandboxRecords {
         &self.sandboxes
+    }
+
+    /// Whether a pod with a user namespace of its own (NamespaceMode POD) can run here: what
+    /// Status advertises as the runtime handler's `user_namespaces` feature.
+    pub fn user_namespaces_supported(&self) -> bool {
+        self.settings.user_namespaces.is_ok()
+    }
+
+    /// The same, with the reason when not (for Status's verbose info).
+    pub fn user_namespaces_support(&self) -> serde_json::Value {
+        match &self.settings.user_namespaces {
+            Ok(()) => serde_json::json!({"supported": true}),
+            Err(why) => serde_json::json!({"supported": false, "reason": why}),
+        }
     }
 
     /// The name of the one runtime handler peapod has (the OCI runtime's file name).

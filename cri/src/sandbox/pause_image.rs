@@ -2,7 +2,7 @@
 //! else the built-in pause binary (registered in the store under the configured name).
 
 use super::SandboxService;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pause::{PAUSE_BINARY, PAUSE_USER};
 use std::path::{Path, PathBuf};
 
@@ -22,19 +22,55 @@ impl SandboxService {
     /// The configured sandbox image when the store has a real one (its rootfs mounted
     /// read-only at `target`); otherwise the built-in pause, registered in the store under
     /// the configured name so that it lists, with no pull and no mount.
-    pub async fn pause_image(&self, sandbox_id: &str, target: &Path) -> Result<PauseImage> {
+    ///
+    /// In a pod with its own user namespace (`userns`) the root filesystem is an
+    /// idmapped one at `target` in both cases: runc, running as root of the pod, must be able
+    /// to make its mount points in it (/proc, /dev, /sys), which it could not in files owned
+    /// by an unmapped host root.
+    pub async fn pause_image(
+        &self,
+        sandbox_id: &str,
+        target: &Path,
+        userns: Option<&peapod_host::userns::PinnedUserns>,
+    ) -> Result<PauseImage> {
         let name = &self.settings.sandbox_image;
-        let builtin = || PauseImage {
-            rootfs: self.settings.pause_rootfs.clone(),
-            args: vec!["/pause".into()],
-            mounted: false,
+        let builtin = || -> Result<PauseImage> {
+            let Some(ns) = userns else {
+                return Ok(PauseImage {
+                    rootfs: self.settings.pause_rootfs.clone(),
+                    args: vec!["/pause".into()],
+                    mounted: false,
+                });
+            };
+            std::fs::create_dir_all(target).map_err(|e| Error::path("create", target, e))?;
+            // Read-write: runc makes the mount points, then the root read-only (root.readonly).
+            peapod_host::userns::idmapped_bind(
+                &self.settings.pause_rootfs,
+                target,
+                &ns.path,
+                false,
+            )
+            .map_err(|e| Error::path("idmapped mount of the pause rootfs at", target, e))?;
+            Ok(PauseImage {
+                rootfs: target.to_path_buf(),
+                args: vec!["/pause".into()],
+                // Unmounted by the image store's rootfs removal, which unmounts whatever is at
+                // the target.
+                mounted: true,
+            })
         };
         match self.images.resolve(name) {
-            Some(img) if img.config.labels.contains_key(BUILTIN_LABEL) => Ok(builtin()),
+            Some(img) if img.config.labels.contains_key(BUILTIN_LABEL) => builtin(),
             Some(img) => {
-                self.images
-                    .create_rootfs(&img.id, sandbox_id, target, true)
-                    .await?;
+                crate::images::create_rootfs(
+                    self.images.as_ref(),
+                    &img.id,
+                    sandbox_id,
+                    target,
+                    true,
+                    userns,
+                )
+                .await?;
                 let mut args = img.config.entrypoint.clone();
                 args.extend(img.config.cmd.iter().cloned());
                 if args.is_empty() {
@@ -66,7 +102,7 @@ impl SandboxService {
                 {
                     tracing::warn!(image = %name, error = %e, "registering the built-in pause image")
                 }
-                Ok(builtin())
+                builtin()
             }
         }
     }

@@ -92,6 +92,7 @@ impl SandboxService {
         runtime_handler: String,
     ) -> Result<String> {
         validate(&config, &runtime_handler, &self.runtime_handler_name())?;
+        spec::check_user_namespace(&config, &self.settings.user_namespaces)?;
         let name = SandboxRecord::name_of(&config);
         let digest = names::digest(&(&config, &runtime_handler));
         loop {
@@ -222,10 +223,11 @@ impl SandboxService {
         // runs while the shim and the pause container start.
         if net != NamespaceMode::Node {
             // The intent first: a crash after the pin leaves a record naming the namespace.
+            let userns = peapod_spec::pod_user_namespace(&rec.config)?;
             let netns_dir = self.paths.netns_dir();
             let planned = netns_dir.join(&id);
             sandbox.update(|r| r.netns = Some(planned.clone()))?;
-            let path = self.host.pin_netns(&netns_dir, &id)?;
+            let path = self.host.pin_netns(&netns_dir, &id, userns.as_ref())?;
             if path != planned {
                 sandbox.update(|r| r.netns = Some(path))?;
             }
@@ -290,7 +292,10 @@ impl SandboxService {
         if let Some(shm) = &rec.shm {
             self.host.mount_shm(shm)?;
         }
-        let pause = self.pause_image(id, &rec.dir.join("rootfs")).await?;
+        let userns = spec::pinned_user_namespace(&rec.config, rec.netns.as_deref())?;
+        let pause = self
+            .pause_image(id, &rec.dir.join("rootfs"), userns.as_ref())
+            .await?;
         if pause.mounted {
             sandbox.update(|r| r.rootfs_mounted = true)?;
         }
@@ -304,6 +309,7 @@ impl SandboxService {
                 netns: rec.netns.as_deref(),
                 shm: rec.shm.as_deref(),
                 cgroups_path: &rec.cgroups_path,
+                userns: userns.as_ref().map(|u| u.path.as_path()),
             },
         )?;
         crate::runtime_spec::write_config(&bundle, &spec)?;

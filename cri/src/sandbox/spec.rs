@@ -5,9 +5,10 @@ use crate::pause::PAUSE_USER;
 use crate::runtime_spec::{self as oci, spec_err};
 use oci_spec::runtime::{
     LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder, LinuxDeviceCgroupBuilder,
-    LinuxNamespaceType, LinuxResourcesBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder,
-    UserBuilder,
+    LinuxIdMappingBuilder, LinuxNamespaceType, LinuxResourcesBuilder, ProcessBuilder, RootBuilder,
+    Spec, SpecBuilder, UserBuilder,
 };
+use peapod_host::userns::PinnedUserns;
 use peapod_proto::v1::{NamespaceMode, PodSandboxConfig};
 use std::collections::HashSet;
 use std::path::Path;
@@ -26,6 +27,106 @@ pub struct PauseInputs<'a> {
     pub netns: Option<&'a Path>,
     pub shm: Option<&'a Path>,
     pub cgroups_path: &'a str,
+    /// The pod's pinned user namespace, when it has one (see [`pinned_user_namespace`]).
+    pub userns: Option<&'a Path>,
+}
+
+/// RunPodSandbox's check of the pod's user namespace: the request must be valid
+/// (`peapod_spec::pod_user_namespace`, InvalidArgument naming the field), and a POD one needs
+/// a host that can (`support`, the probe's answer at start; FailedPrecondition otherwise).
+pub fn check_user_namespace(
+    config: &PodSandboxConfig,
+    support: &std::result::Result<(), String>,
+) -> Result<()> {
+    let Some(userns) = peapod_spec::pod_user_namespace(config)? else {
+        return Ok(());
+    };
+    if let Err(why) = support {
+        return Err(Error::failed_precondition(format!(
+            "config.linux.security_context.namespace_options.userns_options: user \
+             namespaces are not supported on this host ({why})"
+        )));
+    }
+    // Before anything is made: the pause's ids must be mapped.
+    pause_user(config, Some(&userns)).map(drop)
+}
+
+/// The user namespace of a pod with one: pinned beside its network namespace, with which it
+/// was made, and the host ids of its root. `None` for a pod in the host's user namespace.
+pub fn pinned_user_namespace(
+    config: &PodSandboxConfig,
+    netns: Option<&Path>,
+) -> Result<Option<PinnedUserns>> {
+    let Some(u) = peapod_spec::pod_user_namespace(config)? else {
+        return Ok(None);
+    };
+    let netns = netns.ok_or_else(|| {
+        Error::internal("a pod with its own user namespace has no pinned network namespace")
+    })?;
+    // Container id 0 is where each mapping starts (checked by pod_user_namespace).
+    Ok(Some(PinnedUserns {
+        path: crate::network::netns::userns_pin(netns),
+        root_uid: u.uids.host_id,
+        root_gid: u.gids.host_id,
+    }))
+}
+
+/// One id of the pause: the explicit one if mapped (refused naming `field` otherwise), else
+/// `default` if mapped, else root of the pod's user namespace.
+fn pause_id(
+    explicit: Option<&peapod_proto::v1::Int64Value>,
+    mapped: impl Fn(u32) -> bool,
+    field: &str,
+    mapping: &str,
+    default: u32,
+) -> Result<u32> {
+    match explicit {
+        Some(v) if !mapped(v.value as u32) => Err(Error::invalid(format!(
+            "config.linux.security_context.{field} {} is not mapped by \
+             namespace_options.userns_options.{mapping}",
+            v.value
+        ))),
+        Some(v) => Ok(v.value as u32),
+        None if mapped(default) => Ok(default),
+        None => Ok(0),
+    }
+}
+
+/// The pause's uid and gid: the sandbox's `run_as_user`/`run_as_group`, else the pause
+/// image's 65535, or, in a user namespace too small to map 65535, root of the pod's
+/// namespace (an unprivileged host id). An explicit id the namespace does not map is refused.
+fn pause_user(
+    config: &PodSandboxConfig,
+    userns: Option<&peapod_spec::PodUserNamespace>,
+) -> Result<(u32, u32)> {
+    let security = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.clone())
+        .unwrap_or_default();
+    let maps_uid = |id: u32| userns.is_none_or(|u| u.maps_uid(id));
+    let maps_gid = |id: u32| userns.is_none_or(|u| u.maps_gid(id));
+    let uid = pause_id(
+        security.run_as_user.as_ref(),
+        maps_uid,
+        "run_as_user",
+        "uids",
+        PAUSE_USER,
+    )?;
+    // With run_as_user alone, the group is root's (as for any container).
+    let default_gid = if security.run_as_user.is_some() {
+        0
+    } else {
+        PAUSE_USER
+    };
+    let gid = pause_id(
+        security.run_as_group.as_ref(),
+        maps_gid,
+        "run_as_group",
+        "gids",
+        default_gid,
+    )?;
+    Ok((uid, gid))
 }
 
 fn mode(m: i32) -> NamespaceMode {
@@ -45,25 +146,8 @@ pub fn namespace_modes(config: &PodSandboxConfig) -> (NamespaceMode, NamespaceMo
 
 pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result<Spec> {
     let (net, pid, ipc) = namespace_modes(config);
-    let security = config
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.clone())
-        .unwrap_or_default();
-    let uid = security
-        .run_as_user
-        .as_ref()
-        .map(|u| u.value as u32)
-        .unwrap_or(PAUSE_USER);
-    let gid = security
-        .run_as_group
-        .as_ref()
-        .map(|g| g.value as u32)
-        .unwrap_or(if security.run_as_user.is_some() {
-            0
-        } else {
-            PAUSE_USER
-        });
+    let userns = peapod_spec::pod_user_namespace(config)?;
+    let (uid, gid) = pause_user(config, userns.as_ref())?;
 
     let process = ProcessBuilder::default()
         .terminal(false)
@@ -110,6 +194,24 @@ pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result
         namespaces.push(oci::namespace(LinuxNamespaceType::Uts, None)?);
         namespaces.push(oci::namespace(LinuxNamespaceType::Network, inputs.netns)?);
     }
+    let mut id_mappings = None;
+    if let Some(u) = &userns {
+        // The pinned one, which owns the pod's network namespace: a user namespace runc made
+        // anew would not, and root of the pod could not mount sysfs or set net.* sysctls.
+        let path = inputs
+            .userns
+            .ok_or_else(|| Error::internal("a pod with its own user namespace has none pinned"))?;
+        namespaces.push(oci::namespace(LinuxNamespaceType::User, Some(path))?);
+        let one = |m: &peapod_proto::v1::IdMapping| {
+            LinuxIdMappingBuilder::default()
+                .container_id(m.container_id)
+                .host_id(m.host_id)
+                .size(m.length)
+                .build()
+                .map_err(spec_err)
+        };
+        id_mappings = Some((vec![one(&u.uids)?], vec![one(&u.gids)?]));
+    }
 
     let sysctls: std::collections::HashMap<String, String> = config
         .linux
@@ -133,7 +235,12 @@ pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result
         .build()
         .map_err(spec_err)?;
 
-    let linux = LinuxBuilder::default()
+    let mut linux = LinuxBuilder::default();
+    if let Some((uids, gids)) = id_mappings {
+        // runc 1.1 wants them even when joining: root's host id comes from them.
+        linux = linux.uid_mappings(uids).gid_mappings(gids);
+    }
+    let linux = linux
         .namespaces(namespaces)
         .cgroups_path(inputs.cgroups_path)
         .sysctl(sysctls)
@@ -200,6 +307,7 @@ mod tests {
             netns,
             shm: Some(Path::new("/s/shm")),
             cgroups_path: "/peapod/abc",
+            userns: None,
         }
     }
 
@@ -265,5 +373,82 @@ mod tests {
         assert!(!ns.contains(&LinuxNamespaceType::Uts));
         assert!(ns.contains(&LinuxNamespaceType::Ipc));
         assert_eq!(spec.hostname(), &None);
+    }
+
+    fn with_userns(length: u32) -> PodSandboxConfig {
+        let mut c = config(NamespaceMode::Pod, NamespaceMode::Pod);
+        let m = peapod_proto::v1::IdMapping {
+            container_id: 0,
+            host_id: 200000,
+            length,
+        };
+        c.linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .and_then(|s| s.namespace_options.as_mut())
+            .unwrap()
+            .userns_options = Some(peapod_proto::v1::UserNamespace {
+            mode: NamespaceMode::Pod as i32,
+            uids: vec![m],
+            gids: vec![m],
+        });
+        c
+    }
+
+    #[test]
+    fn a_pod_user_namespace_is_joined_from_its_pin_with_the_mappings() {
+        let c = with_userns(65536);
+        let mut i = inputs(Some(Path::new("/run/peapod/netns/x")));
+        i.userns = Some(Path::new("/run/peapod/netns/x.userns"));
+        let spec = pause_spec(&c, &i).unwrap();
+        assert!(ns_types(&spec).contains(&(
+            LinuxNamespaceType::User,
+            Some("/run/peapod/netns/x.userns".into())
+        )));
+        let linux = spec.linux().as_ref().unwrap();
+        let uids = linux.uid_mappings().as_ref().unwrap();
+        assert_eq!(
+            (uids[0].container_id(), uids[0].host_id(), uids[0].size()),
+            (0, 200000, 65536)
+        );
+        assert_eq!(linux.gid_mappings().as_ref().unwrap()[0].host_id(), 200000);
+        // 65535 is mapped: pause keeps the pause image's user.
+        assert_eq!(spec.process().as_ref().unwrap().user().uid(), PAUSE_USER);
+        // Without the pin there is nothing to join: an internal error, not a pod in the
+        // host's user namespace.
+        assert!(pause_spec(&c, &inputs(Some(Path::new("/n")))).is_err());
+    }
+
+    #[test]
+    fn pause_is_root_of_a_namespace_too_small_for_65535() {
+        let c = with_userns(1000);
+        let mut i = inputs(Some(Path::new("/n")));
+        i.userns = Some(Path::new("/n.userns"));
+        let spec = pause_spec(&c, &i).unwrap();
+        let user = spec.process().as_ref().unwrap().user().clone();
+        assert_eq!((user.uid(), user.gid()), (0, 0));
+    }
+
+    #[test]
+    fn the_user_namespace_check_before_anything_is_made() {
+        let c = with_userns(65536);
+        check_user_namespace(&c, &Ok(())).unwrap();
+        let e = check_user_namespace(&c, &Err("no idmapped mounts".into())).unwrap_err();
+        assert_eq!(e.code(), crate::error::Code::FailedPrecondition);
+        assert!(e.to_string().contains("no idmapped mounts"), "{e}");
+        // A pod in the host's user namespace runs on any host.
+        let host = config(NamespaceMode::Pod, NamespaceMode::Pod);
+        check_user_namespace(&host, &Err("no".into())).unwrap();
+        // The pause's explicit uid must be mapped.
+        let mut unmapped = with_userns(1000);
+        unmapped
+            .linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .unwrap()
+            .run_as_user = Some(peapod_proto::v1::Int64Value { value: 5000 });
+        let e = check_user_namespace(&unmapped, &Ok(())).unwrap_err();
+        assert_eq!(e.code(), crate::error::Code::InvalidArgument);
+        assert!(e.to_string().contains("run_as_user 5000"), "{e}");
     }
 }

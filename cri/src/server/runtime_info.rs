@@ -45,6 +45,8 @@ pub fn status(daemon: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusRes
                 "podCIDR": daemon.network.pod_cidr(),
             },
             "runtimeHandler": daemon.sandboxes.runtime_handler_name(),
+            // Why the runtime handler does or does not offer user namespaces.
+            "userNamespaces": daemon.sandboxes.user_namespaces_support(),
             "shim": crate::shim::ShimManager::find_binary(&daemon.config.runtime.shim_path),
         });
         info.insert("config".to_string(), v.to_string());
@@ -56,7 +58,9 @@ pub fn status(daemon: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusRes
             name: String::new(),
             features: Some(cri::RuntimeHandlerFeatures {
                 recursive_read_only_mounts: daemon.containers.rro_supported(),
-                user_namespaces: false,
+                // Only when the probe at start made a user namespace, a network namespace
+                // owned by it and an overlay of idmapped layers here.
+                user_namespaces: daemon.sandboxes.user_namespaces_supported(),
             }),
         }],
         // peapod-spec applies Merge and Strict, and ContainerStatus reports the user.

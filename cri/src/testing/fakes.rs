@@ -501,7 +501,12 @@ impl FakeHost {
 }
 
 impl HostOps for FakeHost {
-    fn pin_netns(&self, dir: &Path, name: &str) -> Result<PathBuf> {
+    fn pin_netns(
+        &self,
+        dir: &Path,
+        name: &str,
+        _userns: Option<&peapod_spec::PodUserNamespace>,
+    ) -> Result<PathBuf> {
         self.faults.check("netns.pin")?;
         let path = dir.join(name);
         lock(&self.pinned).insert(path.clone());
@@ -589,6 +594,18 @@ impl Images for FakeImages {
             .map_err(|e| Error::path("write", &etc, e))?;
         lock(&self.rootfs).insert(owner_id.to_string(), target.to_path_buf());
         Ok(())
+    }
+
+    async fn create_rootfs_in_userns(
+        &self,
+        image_id: &str,
+        owner_id: &str,
+        target: &Path,
+        readonly: bool,
+        _userns: &peapod_host::userns::PinnedUserns,
+    ) -> Result<()> {
+        self.create_rootfs(image_id, owner_id, target, readonly)
+            .await
     }
 
     async fn remove_rootfs(&self, owner_id: &str, target: &Path) -> Result<()> {

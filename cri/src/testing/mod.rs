@@ -90,6 +90,8 @@ impl Harness {
             process_stats: process_stats.clone(),
             runtime_rro: false,
             nri: crate::nri::Nri::disabled(),
+            // The fakes do what a host that can would do.
+            user_namespaces: Ok(()),
         };
         let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
         crate::recovery::recover(&rt).await;

@@ -24,6 +24,34 @@ impl Store {
         target: &Path,
         readonly: bool,
     ) -> Result<Rootfs, Error> {
+        self.mount_rootfs(image_id, container_id, target, readonly, None)
+            .await
+    }
+
+    /// [`Store::create_rootfs`] for a container in a pod's user namespace: the image layers go
+    /// in through idmapped mounts, so that the image's files show as owned by their ids inside
+    /// the namespace (root as root) and the shared layers are not chowned; the writable layer
+    /// belongs to the namespace's root. Removed by [`Store::remove_rootfs`] like any other.
+    pub async fn create_rootfs_in_userns(
+        &self,
+        image_id: &str,
+        container_id: &str,
+        target: &Path,
+        readonly: bool,
+        userns: &peapod_host::userns::PinnedUserns,
+    ) -> Result<Rootfs, Error> {
+        self.mount_rootfs(image_id, container_id, target, readonly, Some(userns))
+            .await
+    }
+
+    async fn mount_rootfs(
+        &self,
+        image_id: &str,
+        container_id: &str,
+        target: &Path,
+        readonly: bool,
+        userns: Option<&peapod_host::userns::PinnedUserns>,
+    ) -> Result<Rootfs, Error> {
         validate_container_id(container_id)?;
         let record = {
             let mut inner = self.inner();
@@ -61,6 +89,7 @@ impl Store {
         let target_p = target.to_path_buf();
         let cdir2 = cdir.clone();
         let lowers2 = lowers.clone();
+        let userns = userns.cloned();
         let res = tokio::task::spawn_blocking(move || -> Result<Option<PathBuf>, Error> {
             std::fs::create_dir_all(&cdir2).ctx(|| format!("creating {}", cdir2.display()))?;
             let meta = serde_json::to_vec(&record)
@@ -77,7 +106,26 @@ impl Store {
                 crate::fsutil::chmod(&empty, 0o755)?;
                 lowers.push(empty);
             }
-            if readonly {
+            if let Some(ns) = &userns {
+                let rw = if readonly {
+                    None
+                } else {
+                    for d in ["upper", "work"] {
+                        let p = cdir2.join(d);
+                        std::fs::create_dir_all(&p).ctx(|| format!("creating {}", p.display()))?;
+                    }
+                    Some(cdir2.as_path())
+                };
+                crate::mount::mount_overlay_idmapped(
+                    &lowers,
+                    rw,
+                    &target_p,
+                    readonly,
+                    ns,
+                    &cdir2.join("idmapped"),
+                )?;
+                Ok(rw.map(|d| d.join("upper")))
+            } else if readonly {
                 if lowers.len() == 1 {
                     crate::mount::bind_readonly(&lowers[0], &target_p)?;
                 } else {
