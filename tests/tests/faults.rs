@@ -642,3 +642,39 @@ async fn twenty_running_pods_come_back_after_kill_9_with_their_start_times() {
     }
     s.finish().await;
 }
+
+// ---- orphans --------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_no_record_claims_are_removed_at_start() {
+    let mut d = TestDaemon::start("forphan").await;
+    // What a crash could leave without a record: a pod directory with its /dev/shm mounted,
+    // and container directories.
+    let shm = d.state.join("sandboxes").join("0rphan").join("shm");
+    std::fs::create_dir_all(&shm).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "shm"])
+        .arg(&shm)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let dirs = [
+        d.root.join("containers").join("0rphan"),
+        d.state.join("containers").join("0rphan"),
+    ];
+    for dir in &dirs {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    d.kill_daemon();
+    d.restart().await;
+    assert!(
+        !shm.exists(),
+        "the orphan pod directory, unmounted and removed"
+    );
+    for dir in &dirs {
+        assert!(!dir.exists(), "{}", dir.display());
+    }
+    assert!(d.log().contains("orphans=3"), "{}", d.log());
+    let left = d.leftovers();
+    assert!(left.is_empty(), "{left:#?}");
+}
