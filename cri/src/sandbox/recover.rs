@@ -183,7 +183,6 @@ impl SandboxService {
                 m.display()
             )));
         }
-        peapod_host::fs::remove_dir_all_if_exists(path)
-            .map_err(|e| Error::path("remove", path, e))
+        peapod_host::fs::remove_dir_all_if_exists(path).map_err(|e| Error::path("remove", path, e))
     }
 }
