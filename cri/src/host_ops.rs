@@ -78,30 +78,6 @@ impl HostOps for RealHostOps {
     }
 }
 
-/// Lets a pod's user namespace reach into `dir` — a container's bundle (whose `rootfs` the OCI
-/// runtime mounts from inside the namespace, as the mapped root) or the sandbox directory (the
-/// pause rootfs, hosts, resolv.conf, shm) — which the daemon's umask makes 0700 and so closed
-/// to the mapped root, an unprivileged user on the host. The directory becomes group-owned by
-/// the host gid of the container's root and 0710: passable from the pod's namespace, still
-/// closed to every other local user. Pods without a user namespace keep 0700.
-pub fn open_to_pod_user_namespace(
-    dir: &Path,
-    config: &peapod_proto::v1::PodSandboxConfig,
-) -> Result<()> {
-    let Some(userns) = peapod_spec::pod_user_namespace(config).map_err(Error::from)? else {
-        return Ok(());
-    };
-    // The one gid mapping starts at container gid 0 (pod_user_namespace checks it).
-    let host_gid = userns.gids.host_id;
-    off_runtime(|| {
-        nix::unistd::chown(dir, None, Some(nix::unistd::Gid::from_raw(host_gid)))
-            .map_err(|e| Error::path("chown to the pod's user namespace", dir, e.into()))?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o710))
-            .map_err(|e| Error::path("chmod", dir, e))
-    })
-}
-
 /// Runs blocking host work called from synchronous code on an async worker thread: on the
 /// daemon's multi-threaded runtime, `block_in_place` hands this worker's other tasks to
 /// another thread first, so a slow mount never stalls unrelated RPCs (Version, List*). Outside

@@ -19,6 +19,23 @@ type TtrpcResult<T> = ttrpc::Result<T>;
 /// The Task API of one shim.
 pub struct TaskApi(pub Arc<TaskService>);
 
+/// Runs a call that changes the runtime (create, start) in a task of its own: ttrpc drops a
+/// handler when its client disconnects (the daemon was killed mid-call), and a create cut off
+/// half-way would leave a container in the runtime that this shim does not know, so that
+/// nobody would ever delete it. Run to its end, the container lands here for the daemon's
+/// recovery to find and delete.
+async fn to_completion<T, F>(work: F) -> crate::error::Result<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = crate::error::Result<T>> + Send + 'static,
+{
+    tokio::spawn(work).await.unwrap_or_else(|e| {
+        Err(crate::error::ShimError::FailedPrecondition(format!(
+            "the call's task failed: {e}"
+        )))
+    })
+}
+
 /// What a call is about, for the log: `ID` or `ID/EXEC_ID`.
 fn object(id: &str, exec_id: &str) -> String {
     if exec_id.is_empty() {
@@ -65,7 +82,9 @@ impl Task for TaskApi {
     ) -> TtrpcResult<api::CreateTaskResponse> {
         let mut resp = api::CreateTaskResponse::new();
         let id = req.id.clone();
-        resp.pid = reply("Create", &id, self.0.create(req).await)?;
+        let svc = self.0.clone();
+        let created = to_completion(async move { svc.create(req).await }).await;
+        resp.pid = reply("Create", &id, created)?;
         Ok(resp)
     }
 
@@ -75,11 +94,10 @@ impl Task for TaskApi {
         req: api::StartRequest,
     ) -> TtrpcResult<api::StartResponse> {
         let mut resp = api::StartResponse::new();
-        resp.pid = reply(
-            "Start",
-            &object(&req.id, &req.exec_id),
-            self.0.start(&req.id, &req.exec_id).await,
-        )?;
+        let svc = self.0.clone();
+        let (id, exec_id) = (req.id.clone(), req.exec_id.clone());
+        let started = to_completion(async move { svc.start(&id, &exec_id).await }).await;
+        resp.pid = reply("Start", &object(&req.id, &req.exec_id), started)?;
         Ok(resp)
     }
 

@@ -595,3 +595,86 @@ async fn a_dozen_kill_9s_during_run_create_start_leave_nothing_after_removal() {
     println!("pods listed after 12 kills: {listed} (the survivor and those that finished)");
     s.finish().await;
 }
+
+// ---- recovery of many running pods ----------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_running_pods_come_back_after_kill_9_with_their_start_times() {
+    let mut s = Scene::new("fmany").await;
+    let mut apps = Vec::new();
+    for i in 0..19 {
+        let mut cri = s.d.cri.clone();
+        let logs = s.d.dir.join("logs");
+        let (_, c) = run_pod_with_app(
+            &mut cri,
+            &format!("many{i}"),
+            &s.d.cgroup_parent.clone(),
+            &logs,
+            &s.image.clone(),
+            "sleep 3600",
+        )
+        .await
+        .expect("a running pod");
+        let started_at = s.d.container_status(&c).await.started_at;
+        apps.push((c, started_at));
+    }
+    s.d.kill_daemon();
+    s.d.restart().await;
+    let log = s.d.log();
+    let line = log
+        .lines()
+        .rfind(|l| l.contains("recovery at start done"))
+        .unwrap_or_default()
+        .to_string();
+    println!("recovery with 20 running pods after kill -9: {line}");
+    assert!(line.contains("pods_ready=20"), "{line}");
+    for (name, id) in s.pods().await {
+        assert_eq!(
+            s.pod_state(&id).await,
+            Some(cri::PodSandboxState::SandboxReady),
+            "{name}"
+        );
+    }
+    for (c, started_at) in &apps {
+        let st = s.d.container_status(c).await;
+        assert_eq!(st.state, cri::ContainerState::ContainerRunning as i32);
+        assert_eq!(st.started_at, *started_at);
+    }
+    s.finish().await;
+}
+
+// ---- orphans --------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_no_record_claims_are_removed_at_start() {
+    let mut d = TestDaemon::start("forphan").await;
+    // What a crash could leave without a record: a pod directory with its /dev/shm mounted,
+    // and container directories.
+    let shm = d.state.join("sandboxes").join("0rphan").join("shm");
+    std::fs::create_dir_all(&shm).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "shm"])
+        .arg(&shm)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let dirs = [
+        d.root.join("containers").join("0rphan"),
+        d.state.join("containers").join("0rphan"),
+    ];
+    for dir in &dirs {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    d.kill_daemon();
+    d.restart().await;
+    assert!(
+        !shm.exists(),
+        "the orphan pod directory, unmounted and removed"
+    );
+    for dir in &dirs {
+        assert!(!dir.exists(), "{}", dir.display());
+    }
+    assert!(d.log().contains("orphans=3"), "{}", d.log());
+    let left = d.leftovers();
+    assert!(left.is_empty(), "{left:#?}");
+}

@@ -304,7 +304,7 @@ impl ContainerService {
         for dir in [&bundle, &root_dir] {
             std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
         }
-        crate::host_ops::open_to_pod_user_namespace(&bundle, &srec.config)?;
+        crate::sandbox::spec::give_to_pod_root(&bundle, &srec.config)?;
         crate::images::create_rootfs(
             self.images.as_ref(),
             &image.id,

@@ -46,16 +46,6 @@ pub fn userns_pin(netns: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// The network namespace pin a file of the netns directory belongs to: itself, or for a
-/// [`userns_pin`] the netns beside it (so that a sweep of pins no record claims keeps a live
-/// pod's user namespace).
-pub fn owner_of_pin(path: &Path) -> PathBuf {
-    match path.to_str().and_then(|p| p.strip_suffix(".userns")) {
-        Some(netns) => PathBuf::from(netns),
-        None => path.to_path_buf(),
-    }
-}
-
 /// Creates a new user namespace with the pod's mappings and a new network namespace owned by
 /// it, pinned at [`userns_pin`]`(dir/name)` and `dir/name`; returns the network namespace's
 /// path. [`remove`] of that path removes both.
@@ -108,16 +98,4 @@ pub fn run_in<T: Send + 'static>(
         .map_err(|_| Error::internal("the netns thread panicked"))?
         .map_err(|e| Error::io("in the pod network namespace", e))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_userns_pin_belongs_to_the_netns_beside_it() {
-        let netns = Path::new("/run/peapod/netns/abc");
-        assert_eq!(owner_of_pin(&userns_pin(netns)), netns);
-        assert_eq!(owner_of_pin(netns), netns);
-    }
 }

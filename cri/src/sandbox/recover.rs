@@ -98,6 +98,8 @@ impl SandboxService {
             .all()
             .iter()
             .filter_map(|s| s.get().netns)
+            // A pod with its own user namespace has it pinned beside its network namespace.
+            .flat_map(|ns| [crate::network::netns::userns_pin(&ns), ns])
             .collect();
         let known = |id: &str| {
             let owner = id.split("-iv").next().unwrap_or(id);
@@ -112,8 +114,7 @@ impl SandboxService {
             Err(e) => tracing::warn!(orphan = %what, error = %e, "removing an orphan"),
         };
         for path in entries(&self.paths.netns_dir()) {
-            // A pod's `<netns>.userns` pin belongs to its netns (unpinned with it).
-            if !netns_in_use.contains(&crate::network::netns::owner_of_pin(&path)) {
+            if !netns_in_use.contains(&path) {
                 note(
                     format!("netns {}", path.display()),
                     self.host.unpin_netns(&path),
@@ -137,10 +138,8 @@ impl SandboxService {
             for path in entries(&base) {
                 let id = path.file_name().map(|n| n.to_string_lossy().into_owned());
                 if id.is_some_and(|id| !ids.contains(&id)) {
-                    note(
-                        format!("directory {}", path.display()),
-                        remove_orphan_dir(&path),
-                    );
+                    let result = self.remove_orphan_dir(&path);
+                    note(format!("directory {}", path.display()), result);
                 }
             }
         }
@@ -155,20 +154,35 @@ fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
-/// Removes a directory no record claims, unless something is still mounted in it (then it
-/// is left, and said: removing files under a live mount would reach into what is mounted).
-fn remove_orphan_dir(path: &Path) -> Result<()> {
+/// The mount points at or below `path`, deepest first.
+fn mounts_under(path: &Path) -> Vec<std::path::PathBuf> {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let prefix = format!("{}/", path.display());
-    let busy = mounts
+    let mut found: Vec<std::path::PathBuf> = mounts
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
-        .any(|m| m == path.to_string_lossy() || m.starts_with(&prefix));
-    if busy {
-        return Err(Error::failed_precondition(format!(
-            "{} has mounts in it",
-            path.display()
-        )));
+        .filter(|m| *m == path.to_string_lossy() || m.starts_with(&prefix))
+        .map(std::path::PathBuf::from)
+        .collect();
+    found.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
+    found.dedup();
+    found
+}
+
+impl SandboxService {
+    /// Removes a directory no record claims, detaching what is mounted in it first (a pod's
+    /// /dev/shm, a root filesystem: the daemon's own mounts, or there would be a record), so
+    /// that removing files never reaches into a mount.
+    fn remove_orphan_dir(&self, path: &Path) -> Result<()> {
+        for m in mounts_under(path) {
+            self.host.unmount(&m)?;
+        }
+        if let Some(m) = mounts_under(path).first() {
+            return Err(Error::failed_precondition(format!(
+                "{} is still mounted",
+                m.display()
+            )));
+        }
+        peapod_host::fs::remove_dir_all_if_exists(path).map_err(|e| Error::path("remove", path, e))
     }
-    peapod_host::fs::remove_dir_all_if_exists(path).map_err(|e| Error::path("remove", path, e))
 }

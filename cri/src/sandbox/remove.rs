@@ -76,11 +76,11 @@ impl SandboxService {
                 .await?;
         }
         self.shims.forget(&sandbox.id);
-        if rec.rootfs_mounted {
-            self.images
-                .remove_rootfs(&sandbox.id, &rec.dir.join("rootfs"))
-                .await?;
-        }
+        // Also without `rootfs_mounted`: a crash between the mount and its record leaves a
+        // mount the record does not name (an owner the store does not know is fine).
+        self.images
+            .remove_rootfs(&sandbox.id, &rec.dir.join("rootfs"))
+            .await?;
         remove_dir(&rec.dir)?;
         remove_dir(&self.paths.sandbox_root_dir(&sandbox.id))?;
         Ok(())
