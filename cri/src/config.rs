@@ -50,8 +50,13 @@ default_bridge = "peapod0"
 default_subnet = "10.88.0.0/16"
 
 [registry]
-# host[:port] spoken to over plain HTTP (localhost and 127.0.0.1 always are).
+# host[:port] spoken to over plain HTTP (localhost and loopback IPs, 127.0.0.0/8 and ::1,
+# always are; a host name that merely starts with "127." is not).
 insecure = []
+# The longest a whole pull may take; 0: no overall bound.
+pull_timeout_seconds = 1800
+# The longest a registry may send nothing while a pull waits for it.
+idle_timeout_seconds = 120
 
 # Mirrors per registry host, tried in order before the registry itself, e.g.
 # [registry.mirrors."registry.k8s.io"]
@@ -68,6 +73,19 @@ tls_key = ""
 [metrics]
 # Prometheus metrics listen address; empty turns metrics off.
 address = ""
+
+# NRI (Node Resource Interface): external plugins (CPU/memory/device managers, policy
+# agents) connect to this socket, are told of every pod and container event and may adjust a
+# container before it is created. Off by default: peapod then opens no socket and pays nothing
+# per call, and it does not collide with a containerd on the same host (containerd 2.x opens
+# the same default socket).
+[nri]
+enabled = false
+socket_path = "/var/run/nri/nri.sock"
+# How long a connected plugin has to register and synchronise, and to answer any one event
+# (a plugin that does not answer in time is disconnected; the call goes on without it).
+plugin_registration_timeout_ms = 5000
+plugin_request_timeout_ms = 2000
 
 # The pod supervisor behind `peapod apply`: the kubelet's part, run inside the daemon.
 [pods]
@@ -103,6 +121,7 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub streaming: StreamingConfig,
     pub metrics: MetricsConfig,
+    pub nri: NriConfig,
     pub pods: PodsConfig,
 }
 
@@ -149,11 +168,42 @@ pub struct Mirror {
     pub endpoints: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RegistryConfig {
     pub insecure: Vec<String>,
+    pub pull_timeout_seconds: u64,
+    pub idle_timeout_seconds: u64,
     pub mirrors: BTreeMap<String, Mirror>,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            insecure: Vec::new(),
+            pull_timeout_seconds: 1800,
+            idle_timeout_seconds: 120,
+            mirrors: BTreeMap::new(),
+        }
+    }
+}
+
+impl RegistryConfig {
+    /// The image store's view of `[registry]`.
+    pub fn to_store(&self) -> peapod_image::RegistryConfig {
+        use std::time::Duration;
+        peapod_image::RegistryConfig {
+            insecure: self.insecure.clone(),
+            mirrors: self
+                .mirrors
+                .iter()
+                .map(|(host, m)| (host.clone(), m.endpoints.clone()))
+                .collect(),
+            pull_timeout: (self.pull_timeout_seconds > 0)
+                .then(|| Duration::from_secs(self.pull_timeout_seconds)),
+            idle_timeout: Duration::from_secs(self.idle_timeout_seconds),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,6 +220,27 @@ pub struct MetricsConfig {
     pub address: String,
 }
 
+/// `[nri]`: the NRI plugin socket (see DEFAULT_TOML).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NriConfig {
+    pub enabled: bool,
+    pub socket_path: PathBuf,
+    pub plugin_registration_timeout_ms: u64,
+    pub plugin_request_timeout_ms: u64,
+}
+
+impl Default for NriConfig {
+    fn default() -> Self {
+        NriConfig {
+            enabled: false,
+            socket_path: "/var/run/nri/nri.sock".into(),
+            plugin_registration_timeout_ms: 5000,
+            plugin_request_timeout_ms: 2000,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -184,6 +255,7 @@ impl Default for Config {
             registry: RegistryConfig::default(),
             streaming: StreamingConfig::default(),
             metrics: MetricsConfig::default(),
+            nri: NriConfig::default(),
             pods: PodsConfig::default(),
         }
     }
@@ -354,6 +426,20 @@ impl Config {
                 self.state.display()
             )));
         }
+        if self.nri.enabled {
+            let n = &self.nri;
+            if !n.socket_path.is_absolute() || n.socket_path.as_os_str().len() > 107 {
+                return Err(ConfigError::Invalid(format!(
+                    "nri.socket_path {} must be an absolute path of at most 107 bytes",
+                    n.socket_path.display()
+                )));
+            }
+            if n.plugin_registration_timeout_ms == 0 || n.plugin_request_timeout_ms == 0 {
+                return Err(ConfigError::Invalid(
+                    "nri.plugin_registration_timeout_ms and nri.plugin_request_timeout_ms must be over 0".into(),
+                ));
+            }
+        }
         if self.socket.as_os_str().len() > 107 {
             return Err(ConfigError::Invalid(format!(
                 "socket path {} is longer than 107 bytes",
@@ -375,6 +461,11 @@ impl Config {
         if !self.pods.cgroup_parent.starts_with('/') {
             return Err(ConfigError::Invalid(
                 "pods.cgroup_parent must be an absolute cgroup path".into(),
+            ));
+        }
+        if self.registry.idle_timeout_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "registry.idle_timeout_seconds must be at least 1".into(),
             ));
         }
         if !self.cgroup.default_parent.starts_with('/') {

@@ -10,6 +10,7 @@ use crate::exec::ExecService;
 use crate::host_ops::{HostOps, RealHostOps};
 use crate::images::Images;
 use crate::network::{Network, PodNetwork};
+use crate::nri::Nri;
 use crate::paths::Paths;
 use crate::sandbox::{SandboxDeps, SandboxService, SandboxSettings};
 use crate::shim::{ShimManager, Shims};
@@ -35,6 +36,8 @@ pub struct Effects {
     /// Whether pods can have their own user namespace here (`peapod_host::userns::probe`:
     /// a user namespace owning a network namespace, an overlay of idmapped layers), or why not.
     pub user_namespaces: std::result::Result<(), String>,
+    /// NRI plugins (a no-op when `[nri]` is disabled).
+    pub nri: Arc<Nri>,
 }
 
 pub struct Daemon {
@@ -49,6 +52,8 @@ pub struct Daemon {
     pub stats: StatsService,
     /// Lifecycle events for GetContainerEvents.
     pub events: Arc<Events>,
+    /// NRI: closed when the daemon stops.
+    pub nri: Arc<Nri>,
     /// The exec/attach/port-forward server (started right after the services).
     streaming: std::sync::OnceLock<peapod_streaming::Server>,
 }
@@ -61,13 +66,18 @@ fn mkdir(path: &Path, mode: u32) -> Result<()> {
 }
 
 /// The daemon's directories under its root (persistent) and state (runtime) directories.
+///
+/// Modes are set, not left to the umask, so that directories an older version made are closed
+/// too. `image/` (layers with setuid binaries and device nodes, upper directories) is 0700; the
+/// per-object directories below `containers/` and `sandboxes/` (bundles, whose `rootfs` is the
+/// container's mounted root filesystem) are made under the daemon's umask (0o077), so 0700.
 fn prepare_dirs(config: &Config) -> Result<()> {
     mkdir(&config.root, 0o711)?;
     mkdir(&config.state, 0o711)?;
-    for dir in ["sandboxes", "containers"] {
+    for dir in ["sandboxes", "containers", "image"] {
         mkdir(&config.root.join(dir), 0o700)?;
     }
-    for dir in ["sandboxes", "netns", "s", "runc"] {
+    for dir in ["sandboxes", "containers", "netns", "s", "runc"] {
         mkdir(&config.state.join(dir), 0o711)?;
     }
     Ok(())
@@ -106,15 +116,7 @@ impl Daemon {
     /// Prepares the directories, opens the image store and loads the persisted records.
     pub async fn new(config: Config) -> Result<Arc<Daemon>> {
         prepare_dirs(&config)?;
-        let registry = peapod_image::RegistryConfig {
-            insecure: config.registry.insecure.clone(),
-            mirrors: config
-                .registry
-                .mirrors
-                .iter()
-                .map(|(host, m)| (host.clone(), m.endpoints.clone()))
-                .collect(),
-        };
+        let registry = config.registry.to_store();
         let images = peapod_image::Store::open(&config.root.join("image"), registry).await?;
         let network = Arc::new(Network::new(
             &config.cni,
@@ -133,8 +135,13 @@ impl Daemon {
             process_stats: Arc::new(HostProcessStats),
             runtime_rro: runtime_supports_rro(&config.runtime.path).await,
             user_namespaces: probe_user_namespaces(&config.root).await,
+            nri: Nri::start(&config.nri)?,
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
+        daemon
+            .nri
+            .restore(daemon.sandboxes.records(), daemon.containers.records())
+            .await;
         daemon.resume();
         daemon.start_streaming().await?;
         Ok(daemon)
@@ -178,6 +185,7 @@ impl Daemon {
             paths: paths.clone(),
             cgroup_driver: config.cgroup.driver,
             runtime_rro: effects.runtime_rro,
+            nri: effects.nri.clone(),
         }));
         let sandboxes = Arc::new(SandboxService::new(SandboxDeps {
             sandboxes: sandbox_records,
@@ -187,6 +195,7 @@ impl Daemon {
             host: effects.host,
             images: effects.images,
             events: events.clone(),
+            nri: effects.nri.clone(),
             paths,
             settings: SandboxSettings {
                 cgroup_driver: config.cgroup.driver,
@@ -217,6 +226,7 @@ impl Daemon {
             exec,
             stats,
             events,
+            nri: effects.nri,
             streaming: std::sync::OnceLock::new(),
         }))
     }

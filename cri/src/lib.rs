@@ -18,6 +18,7 @@
 //! - `store/`: persisted records of sandboxes and containers, their shared tables, name
 //!   reservation, and their CRI messages (`to_cri`);
 //! - `shim`: the per-pod shim as the daemon uses it (`Shim`, `Shims`) and its ttrpc client;
+//! - `nri/`: NRI plugins told of pod and container events, their adjustments applied;
 //! - `network/`: the pod network (`PodNetwork`: CNI ADD/DEL), netns pinning, resolv.conf/hosts;
 //! - `host_ops`: host operations that need root (`HostOps`: netns pin/unpin, /dev/shm mounts);
 //! - `images`: the image store as the lifecycle uses it (`Images`: resolve, rootfs);
@@ -44,6 +45,7 @@ pub mod host_ops;
 pub mod ids;
 pub mod images;
 pub mod network;
+pub mod nri;
 pub mod oom_score;
 pub mod paths;
 pub mod pause;

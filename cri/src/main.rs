@@ -186,7 +186,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // Pods keep running: their shims are not the daemon's children.
         tracing::info!("signal received; stopping the CRI server, leaving pods running");
     };
-    peapod::server::serve(rt, &socket, shutdown).await
+    let served = peapod::server::serve(rt.clone(), &socket, shutdown).await;
+    rt.nri.shutdown().await;
+    served
 }
 
 async fn run_client(command: Command, endpoint: Option<&str>) -> anyhow::Result<()> {
@@ -225,6 +227,11 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve(args) => {
+            // Before any file is made: everything the daemon creates (records, bundles, layers,
+            // upper directories, sockets) is the owner's alone unless it sets a mode itself —
+            // the few files containers must read (hosts, resolv.conf, the pause rootfs, layer
+            // roots) do.
+            nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()

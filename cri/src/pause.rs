@@ -18,6 +18,9 @@ pub fn materialize(dir: &Path) -> Result<PathBuf> {
         return Ok(rootfs);
     }
     std::fs::create_dir_all(&rootfs).map_err(|e| Error::path("create", &rootfs, e))?;
+    // The pause runs as 65535: its `/` must be 0755 whatever the daemon's umask.
+    std::fs::set_permissions(&rootfs, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| Error::path("chmod", &rootfs, e))?;
     let tmp = rootfs.join(".pause.tmp");
     std::fs::write(&tmp, PAUSE_BINARY).map_err(|e| Error::path("write", &tmp, e))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))

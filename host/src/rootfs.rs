@@ -21,9 +21,13 @@ use std::path::Path;
 pub const MAX_ACCOUNT_FILE: u64 = 4 << 20;
 
 /// The content of `rel` (e.g. `etc/passwd`) inside the directory `root`, read as if `root`
-/// were `/`. `Ok(None)` when it does not exist or is not a regular file (a FIFO, a device, a
-/// directory: nothing an account database could be). A file larger than `max` bytes is an
-/// `InvalidData` error.
+/// were `/`. `Ok(None)` when it does not exist. Something that exists but is not a regular
+/// file (a FIFO, a device, a directory: nothing an account database could be) is an
+/// `InvalidData` error naming its type and is never opened for reading — an image that ships
+/// such a file is broken or hostile, and saying so beats guessing. A file larger than `max`
+/// bytes is an `InvalidData` error too.
+///
+/// Blocking: call it off an async runtime's worker threads (`spawn_blocking`).
 pub fn read_file_in_root(root: &Path, rel: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
     let dir = open_dir_path(root)?;
     let found = match open_in_root(dir.as_fd(), rel.as_bytes(), libc::O_PATH, 0) {
@@ -32,11 +36,17 @@ pub fn read_file_in_root(root: &Path, rel: &str, max: u64) -> io::Result<Option<
         Err(e) => return Err(e),
     };
     // O_PATH follows a final symlink inside the root, so this is the target's type.
-    if !std::fs::File::from(found.try_clone()?)
+    let file_type = std::fs::File::from(found.try_clone()?)
         .metadata()?
-        .is_file()
-    {
-        return Ok(None);
+        .file_type();
+    if !file_type.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{rel} is {}, not a regular file",
+                describe_file_type(file_type)
+            ),
+        ));
     }
     let file = reopen_for_reading(&found)?;
     let mut data = Vec::new();
@@ -48,6 +58,24 @@ pub fn read_file_in_root(root: &Path, rel: &str, max: u64) -> io::Result<Option<
         ));
     }
     Ok(Some(data))
+}
+
+/// "a FIFO", "a directory", ... for an error message.
+fn describe_file_type(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
 }
 
 /// [`read_file_in_root`] for an account database (`etc/passwd`, `etc/group`) as text, bounded
@@ -177,25 +205,45 @@ mod tests {
         );
     }
 
+    fn refused(root: &Path, rel: &str) -> String {
+        let err = read_account_file(root, rel).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        err.to_string()
+    }
+
     #[test]
     fn a_fifo_is_never_opened() {
         let root = rootfs();
         let fifo = root.path().join("etc/group");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         // Opening a FIFO for reading without a writer would block this test forever.
-        assert_eq!(read_account_file(root.path(), "etc/group").unwrap(), None);
+        assert_eq!(
+            refused(root.path(), "etc/group"),
+            "etc/group is a FIFO, not a regular file"
+        );
         // A symlink to the FIFO is refused the same way.
         std::os::unix::fs::symlink("/etc/group", root.path().join("etc/passwd")).unwrap();
-        assert_eq!(read_account_file(root.path(), "etc/passwd").unwrap(), None);
+        assert!(refused(root.path(), "etc/passwd").contains("a FIFO"));
     }
 
     #[test]
     fn directories_and_devices_are_not_files() {
         let root = rootfs();
         std::fs::create_dir(root.path().join("etc/passwd")).unwrap();
-        assert_eq!(read_account_file(root.path(), "etc/passwd").unwrap(), None);
+        assert!(refused(root.path(), "etc/passwd").contains("a directory"));
+        // A device node inside the root is refused without being opened.
+        let dev = root.path().join("etc/group");
+        nix::sys::stat::mknod(
+            &dev,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        assert!(refused(root.path(), "etc/group").contains("a character device"));
         // /dev/null through an absolute symlink resolves inside the root: not there.
-        std::os::unix::fs::symlink("/dev/null", root.path().join("etc/group")).unwrap();
+        std::fs::remove_file(&dev).unwrap();
+        std::os::unix::fs::symlink("/dev/null", &dev).unwrap();
         assert_eq!(read_account_file(root.path(), "etc/group").unwrap(), None);
     }
 

@@ -45,6 +45,12 @@ pub enum Error {
     #[error("registry request {url} failed: {message}")]
     Registry { url: String, message: String },
 
+    #[error("pull of {reference} did not finish within {limit:?} (registry.pull_timeout_seconds)")]
+    PullTimeout {
+        reference: String,
+        limit: std::time::Duration,
+    },
+
     #[error("cannot reach registry at {url}: {source}")]
     Http {
         url: String,
@@ -94,7 +100,7 @@ impl Error {
             Error::AlreadyExists(_) => ErrorKind::AlreadyExists,
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
             Error::PermissionDenied { .. } => ErrorKind::PermissionDenied,
-            Error::Http { .. } => ErrorKind::Unavailable,
+            Error::Http { .. } | Error::PullTimeout { .. } => ErrorKind::Unavailable,
             Error::Registry { .. }
             | Error::DigestMismatch { .. }
             | Error::InvalidImage(_)

@@ -42,3 +42,12 @@ pub(crate) fn disk_usage(root: &Path) -> (u64, u64) {
     }
     (bytes, inodes)
 }
+
+/// Sets `path`'s permission bits exactly (the process umask does not apply to chmod). Used
+/// where a directory must be reachable by containers running as other users although the
+/// daemon creates everything under a restrictive umask.
+pub(crate) fn chmod(path: &Path, mode: u32) -> Result<(), crate::Error> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| crate::Error::io(format!("chmod {:o} {}", mode, path.display()), e))
+}

@@ -23,15 +23,39 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Registry settings from the daemon's config (`[registry]`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RegistryConfig {
-    /// `host[:port]` spoken to over plain HTTP. localhost, 127.0.0.0/8 and
-    /// [::1] always are.
+    /// `host[:port]` spoken to over plain HTTP. `localhost` and loopback IP
+    /// addresses (127.0.0.0/8, ::1) always are.
     pub insecure: Vec<String>,
     /// Registry host (as in the reference: `docker.io`, `registry.k8s.io`; `*`
     /// for every registry) -> endpoint URLs (`http://127.0.0.1:5055`) tried in
     /// order before the registry itself.
     pub mirrors: HashMap<String, Vec<String>>,
+    /// The longest a whole pull may take (manifests, configs, every layer);
+    /// None: no overall bound. A registry that trickles a byte now and then
+    /// never trips the idle timeout; this catches it.
+    pub pull_timeout: Option<Duration>,
+    /// The longest a registry may send nothing on a connection that is
+    /// waiting for it (the client's read timeout).
+    pub idle_timeout: Duration,
+}
+
+/// Default of [`RegistryConfig::pull_timeout`]: large images over slow links
+/// fit, a stuck pull is given up within the hour.
+pub const DEFAULT_PULL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Default of [`RegistryConfig::idle_timeout`].
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            insecure: Vec::new(),
+            mirrors: HashMap::new(),
+            pull_timeout: Some(DEFAULT_PULL_TIMEOUT),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
 }
 
 /// Credentials from the CRI AuthConfig. Empty strings mean "not given".
@@ -80,12 +104,13 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(crate) const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 
-pub(crate) fn build_client() -> Result<reqwest::Client, Error> {
+pub(crate) fn build_client(idle_timeout: Duration) -> Result<reqwest::Client, Error> {
     reqwest::Client::builder()
         .user_agent(concat!("peapod/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(Duration::from_secs(30))
-        // An idle timeout, not a total one: big layers may take long, stalls may not.
-        .read_timeout(Duration::from_secs(120))
+        // An idle timeout, not a total one: big layers may take long, stalls may not (the
+        // whole pull is bounded by `pull_timeout`, in `Store::pull`).
+        .read_timeout(idle_timeout)
         .build()
         .map_err(|e| Error::Registry {
             url: String::new(),
@@ -93,9 +118,25 @@ pub(crate) fn build_client() -> Result<reqwest::Client, Error> {
         })
 }
 
+/// Whether `host` (`host[:port]`, `[v6]:port` or a bare IPv6 address) is this machine's
+/// loopback: the name `localhost`, or an address that parses as a loopback IP. Parsed, not
+/// matched by prefix: `127.evil.example` is a name anyone can register, and speaking plain
+/// HTTP to it would let the network hand us any image.
 fn is_loopback_host(host: &str) -> bool {
+    let loopback_ip = |s: &str| {
+        s.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+    };
+    // A bare IPv6 address has colons but no port to strip.
+    if loopback_ip(host) {
+        return true;
+    }
     let h = strip_port(host);
-    h == "localhost" || h.starts_with("127.") || h == "[::1]" || h == "::1"
+    h.eq_ignore_ascii_case("localhost")
+        || loopback_ip(h)
+        || h.strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .is_some_and(loopback_ip)
 }
 
 fn strip_port(host: &str) -> &str {
@@ -623,7 +664,7 @@ mod tests {
     fn endpoints_and_schemes() {
         let mut cfg = RegistryConfig {
             insecure: vec!["myreg:5000".into(), "plain.example".into()],
-            mirrors: HashMap::new(),
+            ..Default::default()
         };
         cfg.mirrors.insert(
             "docker.io".into(),
@@ -654,6 +695,44 @@ mod tests {
         assert_eq!(base("myreg:5001/x"), "https://myreg:5001");
         assert_eq!(base("plain.example:8080/x"), "http://plain.example:8080");
         assert_eq!(base("quay.io/x/y"), "https://quay.io");
+    }
+
+    #[test]
+    fn only_real_loopback_is_plain_http_by_default() {
+        for host in [
+            "localhost",
+            "localhost:5000",
+            "LOCALHOST:5000",
+            "127.0.0.1",
+            "127.0.0.1:5000",
+            "127.1.2.3:80",
+            "::1",
+            "[::1]",
+            "[::1]:5000",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "127.evil.example",
+            "127.evil.example:5000",
+            "127.0.0.1.nip.io:5000",
+            "localhost.evil.example",
+            "127.0.0.1evil",
+            "[::2]:5000",
+            "10.0.0.1:5000",
+            "::ffff:8.8.8.8",
+            "",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+        let cfg = RegistryConfig::default();
+        let base = |s: &str| cfg.endpoints(&Reference::parse(s).unwrap())[0].base.clone();
+        assert_eq!(
+            base("127.evil.example:5000/x"),
+            "https://127.evil.example:5000"
+        );
+        assert_eq!(base("127.0.0.1:5000/x"), "http://127.0.0.1:5000");
+        assert_eq!(base("[::1]:5000/x"), "http://[::1]:5000");
     }
 
     #[test]

@@ -75,6 +75,10 @@ pub enum Entry {
         path: String,
         target: String,
     },
+    /// A named pipe (hostile images put them where readers expect files).
+    Fifo {
+        path: String,
+    },
     /// Writes `.wh.<name>` next to `path`: hides `path` of lower layers.
     Whiteout {
         path: String,
@@ -147,6 +151,10 @@ impl Layer {
         });
         self
     }
+    pub fn fifo(mut self, path: &str) -> Self {
+        self.entries.push(Entry::Fifo { path: path.into() });
+        self
+    }
     pub fn whiteout(mut self, path: &str) -> Self {
         self.entries.push(Entry::Whiteout { path: path.into() });
         self
@@ -202,6 +210,10 @@ impl Layer {
                 Entry::Hardlink { path, target } => {
                     let mut h = hdr(tar::EntryType::Link, 0o644, 0, 0, 0);
                     b.append_link(&mut h, path, target)?;
+                }
+                Entry::Fifo { path } => {
+                    let mut h = hdr(tar::EntryType::Fifo, 0o644, 0, 0, 0);
+                    b.append_data(&mut h, path, io::empty())?;
                 }
                 Entry::Whiteout { path } => {
                     let p = Path::new(path);

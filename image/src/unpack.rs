@@ -419,6 +419,10 @@ impl Unpacker {
                 None => {
                     sys::mkdirat(dir.as_fd(), &c, 0o755)
                         .ctx(|| format!("creating parent of {}", h.display_name()))?;
+                    // Explicit: the daemon's umask (0o077) would leave it 0700, and a
+                    // container running as another user could not pass through it.
+                    sys::fchmodat(dir.as_fd(), &c, 0o755)
+                        .ctx(|| format!("chmod parent of {}", h.display_name()))?;
                     self.stats.inodes += 1;
                     cur.push(c);
                 }

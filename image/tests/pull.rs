@@ -567,6 +567,7 @@ async fn mirrors_are_tried_in_order_before_the_registry() {
         RegistryConfig {
             insecure: vec![],
             mirrors,
+            ..Default::default()
         },
     )
     .await;
@@ -632,4 +633,59 @@ async fn state_and_rootfs_survive_a_restart() {
     store.remove_rootfs("survivor", &target).await.unwrap();
     assert!(!target.exists());
     assert!(ls(&store.root().join("layers")).is_empty());
+}
+
+/// A registry that answers the manifest request with headers and then one byte every 100 ms,
+/// for ever: never idle long enough for the idle timeout, so only the overall pull deadline
+/// ends the pull, with an error that names the setting; the store keeps nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickling_registry_meets_the_overall_pull_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: 1000000\r\n\r\n";
+                if conn.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                while conn.write_all(b" ").await.is_ok() {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            });
+        }
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_store_with(
+        tmp.path(),
+        RegistryConfig {
+            pull_timeout: Some(std::time::Duration::from_secs(2)),
+            idle_timeout: std::time::Duration::from_secs(30),
+            ..Default::default()
+        },
+    )
+    .await;
+    let reference = format!("{addr}/trickle:v1");
+    // The bound only keeps a broken build from hanging the suite; the assertion is the error.
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(50),
+        store.pull(&reference, None),
+    )
+    .await
+    .expect("the pull deadline (2 s) ended the pull before this bound")
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("pull_timeout_seconds") && msg.contains("trickle"),
+        "{msg}"
+    );
+    assert!(store.list().is_empty(), "a timed-out pull stores no image");
+    server.abort();
 }

@@ -249,8 +249,15 @@ pub fn container_config(
         let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
             Some(sub) => {
                 let p = host.join(sub.trim_start_matches('/'));
-                // subPath directories of emptyDirs are made as the kubelet does.
-                let _ = std::fs::create_dir_all(&p);
+                // subPath directories of emptyDirs are made as the kubelet does: with the
+                // volume's own mode (the daemon's umask would make them 0700).
+                if !p.exists() && std::fs::create_dir_all(&p).is_ok() {
+                    use std::os::unix::fs::PermissionsExt;
+                    if let Ok(m) = std::fs::metadata(host) {
+                        let mode = m.permissions().mode() & 0o7777;
+                        let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+                    }
+                }
                 p
             }
             None => host.clone(),

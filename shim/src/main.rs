@@ -102,6 +102,10 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
 }
 
 fn main() {
+    // The shim is the parent of the OCI runtime, which creates mount points inside containers'
+    // root filesystems: they must be 0755 as in any runtime, not shaped by the restrictive
+    // umask of the daemon that launched us (0o077), which would shut out non-root containers.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     let mut argv = std::env::args();
     let program = argv.next().unwrap_or_else(|| "peapod-shim".into());
     // The same code is containerd's runtime v2 shim when run under that name.

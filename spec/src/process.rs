@@ -149,8 +149,10 @@ pub fn parse_signal(s: &str) -> Option<i32> {
     let rt = |base: i32, rest: &str| -> Option<i32> {
         let n = match rest {
             "" => base,
-            r if r.starts_with('+') => base + r[1..].parse::<i32>().ok()?,
-            r if r.starts_with('-') => base - r[1..].parse::<i32>().ok()?,
+            // Checked: the offset comes from an image config, and `SIGRTMIN+2147483647`
+            // must be an unknown signal, not an overflow.
+            r if r.starts_with('+') => base.checked_add(r[1..].parse::<i32>().ok()?)?,
+            r if r.starts_with('-') => base.checked_sub(r[1..].parse::<i32>().ok()?)?,
             _ => return None,
         };
         (SIGRTMIN..=SIGRTMAX).contains(&n).then_some(n)
@@ -416,6 +418,13 @@ mod tests {
             ("0", None),
             ("65", None),
             ("SIGRTMAX+1", None),
+            // Hostile offsets from an image config: no overflow (a panic in debug builds, a
+            // wrapped number in release), just an unknown signal.
+            ("SIGRTMIN+2147483647", None),
+            ("SIGRTMAX-2147483648", None),
+            ("RTMAX--2147483648", None),
+            ("SIGRTMIN+-2147483648", None),
+            ("SIGRTMIN+99999999999", None),
         ] {
             let img = ImageConfig {
                 stop_signal: input.into(),
@@ -423,5 +432,11 @@ mod tests {
             };
             assert_eq!(stop_signal(&img).ok(), want, "{input:?}");
         }
+        let img = ImageConfig {
+            stop_signal: "SIGRTMIN+2147483647".into(),
+            ..Default::default()
+        };
+        let err = stop_signal(&img).unwrap_err().to_string();
+        assert!(err.contains("StopSignal"), "{err}");
     }
 }

@@ -193,6 +193,14 @@ impl TestDaemon {
         for pid in host::processes_with(&format!("{}/", self.state.display())) {
             out.push(format!("process {pid} using {}", self.state.display()));
         }
+        // The OCI runtime's state of each container, and the shims' sockets.
+        for sub in ["runc", "s"] {
+            if let Ok(d) = std::fs::read_dir(self.state.join(sub)) {
+                for e in d.flatten() {
+                    out.push(format!("{sub} entry {}", e.path().display()));
+                }
+            }
+        }
         for sub in ["sandboxes", "containers"] {
             for base in [&self.root, &self.state] {
                 if let Ok(d) = std::fs::read_dir(base.join(sub)) {

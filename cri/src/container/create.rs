@@ -103,6 +103,7 @@ impl ContainerService {
         {
             Ok(entry) => {
                 self.containers.write().insert(entry);
+                self.nri.post_create_container(&id).await;
                 self.events
                     .emit(&id, &srec.id, ContainerEventType::ContainerCreatedEvent);
                 tracing::info!("container created");
@@ -111,6 +112,7 @@ impl ContainerService {
             Err(err) => {
                 tracing::warn!(error = %err, "CreateContainer failed; removing what it made");
                 self.unmake_container(&id, &srec, &made).await;
+                self.nri.undo_create_container(&id).await;
                 self.containers.write().names.release(&name, &id);
                 Err(err)
             }
@@ -181,17 +183,11 @@ impl ContainerService {
             .await?;
         // Volumes with the pod's id mapping: staged idmapped binds, detached when this drops
         // (after the runtime's create, which gives the container its own copies).
-        let _idmapped = super::idmapped_mounts::stage(
-            &mut spec_config,
-            &bundle.join("idmapped-mounts"),
-            &srec.config,
-            userns.as_ref(),
-        )?;
+        let _idmapped = crate::host_ops::off_runtime(|| {
+            super::idmapped_mounts::stage(&mut spec_config, &bundle, &srec.config, userns.as_ref())
+        })?;
 
-        let passwd = peapod_host::rootfs::read_account_file(&rootfs, "etc/passwd")
-            .map_err(|e| Error::io("read the image's /etc/passwd", e))?;
-        let group = peapod_host::rootfs::read_account_file(&rootfs, "etc/group")
-            .map_err(|e| Error::io("read the image's /etc/group", e))?;
+        let (passwd, group) = crate::host_ops::read_image_accounts(&rootfs).await?;
         let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())
             .map_err(Error::from)?;
 
@@ -209,7 +205,7 @@ impl ContainerService {
         let target_pid = self.target_pid(&config, srec)?;
         let cgroups_path = cgroups::cgroups_path(self.cgroup_driver, &srec.cgroup_parent, id);
         let host = host_facts(self.runtime_rro);
-        let spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
+        let mut spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
             id,
             config: &spec_config,
             sandbox: peapod_spec::SandboxRef {
@@ -229,6 +225,9 @@ impl ContainerService {
             paths: &peapod_spec::RealHost,
         })
         .map_err(Error::from)?;
+        self.nri
+            .create_container(srec, id, &config, &mut spec)
+            .await?;
         crate::runtime_spec::write_config(&bundle, &spec)?;
         self.processes.remember(id, &spec);
 

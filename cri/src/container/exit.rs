@@ -30,6 +30,7 @@ impl ContainerService {
             Ok(false) => {}
             Ok(true) => {
                 tracing::info!(container = %c.id, code, oom, "container exited");
+                self.nri.container_exited(&c.id, code, finished);
                 self.events.emit(
                     &c.id,
                     &rec.sandbox_id,
@@ -75,6 +76,72 @@ impl ContainerService {
                 }
             }
         }
+    }
+
+    /// The pod's shim died and [`crate::shim::Shims::reap_orphans`] ran (`reaped`: it
+    /// worked): every container not yet exited is reported exited, with the exit the shim
+    /// recorded if it wrote one, else 137 (SIGKILL: what the reaping sent) and reason
+    /// `ShimDied`. If the reaping failed they stay unknown, and Stop/Remove try again.
+    pub(crate) fn settle_dead_shim(&self, sandbox_id: &str, why: &str, reaped: bool) {
+        for c in self.containers.of_sandbox(sandbox_id) {
+            self.settle_one(&c, sandbox_id, why, reaped);
+        }
+    }
+
+    fn settle_one(&self, c: &Container, sandbox_id: &str, why: &str, reaped: bool) {
+        let rec = c.get();
+        if rec.state == ContainerState::Exited {
+            return;
+        }
+        let durable = ExitRecord::read(&rec.exit_file).ok().flatten();
+        let now = peapod_shim::timefmt::now_ns();
+        let result = c.update_if(
+            |r| r.state != ContainerState::Exited,
+            |r| match (&durable, reaped) {
+                (Some(exit), _) => {
+                    r.state = ContainerState::Exited;
+                    r.exit_code = exit.exit_code;
+                    r.finished_at_ns = exit.exited_at_ns;
+                    r.reason = exit_reason(exit.exit_code, exit.oom_killed).to_string();
+                }
+                (None, true) => {
+                    r.state = ContainerState::Exited;
+                    r.exit_code = 128 + libc::SIGKILL;
+                    r.finished_at_ns = now;
+                    r.reason = "ShimDied".into();
+                    r.message = format!("{why}; the container was killed");
+                }
+                (None, false) => {
+                    r.state = ContainerState::Unknown;
+                    r.message = format!("{why}; killing the container failed");
+                }
+            },
+        );
+        match result {
+            Ok(true) if c.get().state == ContainerState::Exited => {
+                tracing::info!(container = %c.id, "container settled after its shim died");
+                self.events.emit(
+                    &c.id,
+                    sandbox_id,
+                    peapod_proto::v1::ContainerEventType::ContainerStoppedEvent,
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(container = %c.id, error = %e, "persisting an exit"),
+        }
+    }
+
+    /// A container whose shim is gone: killed and deleted through the OCI runtime, then
+    /// reported exited (unless it already was).
+    pub(super) async fn reap_lost(&self, c: &Container) -> crate::error::Result<()> {
+        let rec = c.get();
+        self.shims
+            .reap_orphans(std::slice::from_ref(&rec.id))
+            .await?;
+        if rec.state != ContainerState::Exited {
+            self.settle_one(c, &rec.sandbox_id, "the pod's shim is gone", true);
+        }
+        Ok(())
     }
 
     /// After a restart: follow every container that was running when the daemon went

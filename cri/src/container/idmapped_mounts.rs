@@ -37,19 +37,30 @@ impl Drop for Staged {
 }
 
 /// Replaces each mount of `config` that carries uid/gid mappings by an idmapped bind staged
-/// under `dir`, with the mappings cleared (what is left is a plain bind for the spec). Only
-/// the pod's own mapping is supported (what the kubelet sends); mappings in a pod without a
-/// user namespace, or other mappings, are refused naming the field.
+/// under `bundle/idmapped-mounts`, with the mappings cleared (what is left is a plain bind
+/// for the spec). Only the pod's own mapping is supported (what the kubelet sends); mappings
+/// in a pod without a user namespace, or other mappings, are refused naming the field. In a
+/// pod with a user namespace, the bundle and its mount directories are opened for search, as
+/// root of the pod's namespace mounts from them.
 pub fn stage(
     config: &mut ContainerConfig,
-    dir: &Path,
+    bundle: &Path,
     sandbox: &PodSandboxConfig,
     userns: Option<&PinnedUserns>,
 ) -> Result<Staged> {
+    let dir = bundle.join("idmapped-mounts");
     let mut staged = Staged {
-        dir: dir.to_path_buf(),
+        dir: dir.clone(),
         mounts: Vec::new(),
     };
+    if userns.is_some() {
+        for d in [bundle.to_path_buf(), bundle.join("image-volumes")] {
+            if d.exists() {
+                peapod_host::userns::open_for_search(&d)
+                    .map_err(|e| Error::path("chmod", &d, e))?;
+            }
+        }
+    }
     let pod = peapod_spec::pod_user_namespace(sandbox)?;
     for (i, m) in config.mounts.iter_mut().enumerate() {
         if m.uid_mappings.is_empty() && m.gid_mappings.is_empty() {
@@ -72,6 +83,7 @@ pub fn stage(
             .map_err(|e| Error::path(&format!("{field}: host_path"), Path::new(&m.host_path), e))?;
         let target = dir.join(i.to_string());
         make_target(&source, &target)?;
+        peapod_host::userns::open_for_search(&dir).map_err(|e| Error::path("chmod", &dir, e))?;
         // Recorded before mounting, so that the guard also cleans a half-made one.
         staged.mounts.push(target.clone());
         peapod_host::userns::idmapped_bind(&source, &target, &userns.path, m.readonly)

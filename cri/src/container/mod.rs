@@ -46,6 +46,8 @@ pub struct ContainerService {
     cgroup_driver: CgroupDriver,
     /// The OCI runtime knows recursive read-only mounts.
     runtime_rro: bool,
+    /// NRI plugins, told of each container event.
+    nri: Arc<crate::nri::Nri>,
     /// Each container's process spec, for exec.
     processes: process::Processes,
 }
@@ -60,6 +62,7 @@ pub struct ContainerDeps {
     pub paths: Paths,
     pub cgroup_driver: CgroupDriver,
     pub runtime_rro: bool,
+    pub nri: Arc<crate::nri::Nri>,
 }
 
 impl ContainerService {
@@ -73,6 +76,7 @@ impl ContainerService {
             paths: d.paths,
             cgroup_driver: d.cgroup_driver,
             runtime_rro: d.runtime_rro,
+            nri: d.nri,
             processes: Default::default(),
         }
     }

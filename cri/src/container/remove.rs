@@ -15,6 +15,7 @@ impl ContainerService {
         };
         let _op = c.op.lock().await;
         self.remove_locked(&c).await?;
+        self.nri.remove_container(&c.id).await;
         self.containers.write().remove(&c.id);
         self.events.emit(
             &c.id,
@@ -27,15 +28,18 @@ impl ContainerService {
     pub(super) async fn remove_locked(&self, c: &Container) -> Result<()> {
         let rec = c.get();
         self.processes.forget(&rec.id);
-        if rec.state == ContainerState::Running {
-            self.kill_and_wait(c, libc::SIGKILL, Duration::ZERO).await?;
-        }
         match self.shims.get(&rec.sandbox_id).await {
             Ok(shim) => {
+                if rec.state == ContainerState::Running {
+                    self.kill_and_wait(c, libc::SIGKILL, Duration::ZERO).await?;
+                }
                 shim.delete(&rec.id, "").await.optional()?;
             }
             Err(e) => {
-                tracing::debug!(container = %rec.id, error = %e, "no shim to delete the task in")
+                // The pod's shim is gone: the OCI runtime itself kills and deletes what may
+                // be left (its state outlives the shim).
+                tracing::info!(container = %rec.id, error = %e, "no shim; removing through the OCI runtime");
+                self.reap_lost(c).await?;
             }
         }
         self.release_image_volumes(&rec.image_volumes).await?;

@@ -20,6 +20,7 @@ impl ContainerService {
             )));
         }
         let shim = self.shims.get(&rec.sandbox_id).await?;
+        self.nri.start_container(&rec.id).await?;
         // Taken before the start: a process that exits at once must not finish before it
         // started.
         let started_at = timefmt::now_ns();
@@ -31,6 +32,9 @@ impl ContainerService {
                     r.started_at_ns = started_at;
                 })?;
                 self.watch_exit(c.clone());
+                self.nri
+                    .post_start_container(&rec.id, pid, started_at)
+                    .await;
                 self.events.emit(
                     &rec.id,
                     &rec.sandbox_id,

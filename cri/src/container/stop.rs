@@ -17,15 +17,19 @@ impl ContainerService {
         };
         let _op = c.op.lock().await;
         self.stop_locked(&c, Duration::from_secs(timeout_s.max(0) as u64))
-            .await
+            .await?;
+        self.nri.container_stopped(&c.get()).await;
+        Ok(())
     }
 
     pub(super) async fn stop_locked(&self, c: &Container, grace: Duration) -> Result<()> {
         let rec = c.get();
-        if rec.state != ContainerState::Running {
-            return Ok(());
+        match rec.state {
+            ContainerState::Running => self.kill_and_wait(c, rec.stop_signal, grace).await,
+            // Its shim is gone: only the OCI runtime can still kill it.
+            ContainerState::Unknown => self.reap_lost(c).await,
+            ContainerState::Created | ContainerState::Exited => Ok(()),
         }
-        self.kill_and_wait(c, rec.stop_signal, grace).await
     }
 
     /// Sends `signal`, waits up to `grace`, then SIGKILLs everything in the container.

@@ -18,6 +18,7 @@ impl ContainerService {
         if !matches!(rec.state, ContainerState::Created | ContainerState::Running) {
             return Err(not_running(&rec, "update its resources"));
         }
+        let resources = self.nri.update_container(&rec.id, resources).await?;
         let linux = peapod_spec::linux_resources(&resources, &host_facts(self.runtime_rro))
             .map_err(Error::from)?;
         let json = serde_json::to_vec(&linux).map_err(|e| Error::internal(e.to_string()))?;
@@ -27,6 +28,7 @@ impl ContainerService {
             .update(&rec.id, json)
             .await?;
         c.update(|r| r.resources = Some(resources))?;
+        self.nri.post_update_container(&rec.id).await;
         Ok(())
     }
 }

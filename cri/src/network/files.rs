@@ -45,8 +45,21 @@ fn write(path: &Path, text: &str) -> Result<()> {
         .map_err(|e| Error::path("chmod", path, e))
 }
 
-/// Writes hostname, hosts and resolv.conf into the sandbox directory.
+/// Writes hostname, hosts and resolv.conf into the sandbox directory (off the async workers:
+/// it reads the host's files and writes three of its own).
 pub fn write_sandbox_files(
+    dir: &Path,
+    hostname: &str,
+    ips: &[String],
+    dns: Option<&DnsConfig>,
+    host_network: bool,
+) -> Result<()> {
+    crate::host_ops::off_runtime(|| {
+        write_sandbox_files_blocking(dir, hostname, ips, dns, host_network)
+    })
+}
+
+fn write_sandbox_files_blocking(
     dir: &Path,
     hostname: &str,
     ips: &[String],

@@ -162,7 +162,8 @@ impl PodNetwork for Network {
         netns: &Path,
         config: &PodSandboxConfig,
     ) -> Result<CniAttachment> {
-        let list = self.current()?;
+        // Reading the configuration directory is file I/O: not on the async workers.
+        let list = crate::host_ops::off_runtime(|| self.current())?;
         let args = Self::cni_args(sandbox_id, config);
         let runtime_config = self.runtime_config(config);
         let att = Attachment {

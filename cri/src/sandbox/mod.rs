@@ -4,6 +4,8 @@
 //! containers, `spec` writes the pause's runtime spec, `pause_image` picks its image.
 
 #[cfg(test)]
+mod dead_shim_tests;
+#[cfg(test)]
 mod lifecycle_tests;
 mod list;
 mod pause_image;
@@ -54,6 +56,8 @@ pub struct SandboxService {
     host: Arc<dyn HostOps>,
     images: Arc<dyn Images>,
     events: Arc<Events>,
+    /// NRI plugins, told of each pod event.
+    nri: Arc<crate::nri::Nri>,
     paths: Paths,
     settings: SandboxSettings,
 }
@@ -67,6 +71,7 @@ pub struct SandboxDeps {
     pub host: Arc<dyn HostOps>,
     pub images: Arc<dyn Images>,
     pub events: Arc<Events>,
+    pub nri: Arc<crate::nri::Nri>,
     pub paths: Paths,
     pub settings: SandboxSettings,
 }
@@ -81,6 +86,7 @@ impl SandboxService {
             host: d.host,
             images: d.images,
             events: d.events,
+            nri: d.nri,
             paths: d.paths,
             settings: d.settings,
         }

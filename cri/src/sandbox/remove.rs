@@ -32,6 +32,7 @@ impl SandboxService {
     /// Removes everything of a sandbox: containers, pause, network, shm, shim, files, record.
     pub(super) async fn destroy_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
         self.containers.remove_all_of(&sandbox.id).await?;
+        self.nri.remove_pod_sandbox(&sandbox.id).await;
         self.stop_pause(sandbox).await?;
         if let Err(e) = self.teardown_network(sandbox, true).await {
             tracing::warn!(error = %e, "CNI DEL failed on remove; the network namespace is removed anyway");
@@ -43,6 +44,12 @@ impl SandboxService {
         if let Some(shim) = self.live_shim(sandbox).await {
             shim.delete(&sandbox.id, "").await.optional()?;
             shim.shutdown_and_wait().await?;
+        } else {
+            // No shim (it died, or never started): the OCI runtime's state of the pause and
+            // the shim's socket would outlive it.
+            self.shims
+                .reap_orphans(std::slice::from_ref(&sandbox.id))
+                .await?;
         }
         self.shims.forget(&sandbox.id);
         if rec.rootfs_mounted {

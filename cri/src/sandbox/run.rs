@@ -129,7 +129,7 @@ impl SandboxService {
         match self.create_sandbox(&sandbox, net).await {
             Ok(()) => {
                 self.sandboxes.write().insert(sandbox.clone());
-                self.watch_pause(sandbox);
+                self.watch(sandbox);
                 self.events
                     .emit(&id, &id, ContainerEventType::ContainerCreatedEvent);
                 self.events
@@ -208,6 +208,7 @@ impl SandboxService {
             pause_ms = pause_time.as_millis() as u64,
             "pod sandbox ready"
         );
+        self.nri.run_pod_sandbox(&sandbox.get()).await?;
         Ok(())
     }
 

@@ -27,7 +27,15 @@ impl SandboxService {
     }
 
     pub(super) async fn stop_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
+        if sandbox.get().state != SandboxState::Creating && self.live_shim(sandbox).await.is_none()
+        {
+            // Before the watch got to it (or after a restart): what the shim held is killed
+            // through the OCI runtime, so that "stopped" is true.
+            self.settle_dead_shim(sandbox, "the pod's shim is gone")
+                .await;
+        }
         self.containers.stop_all_of(&sandbox.id).await?;
+        self.nri.stop_pod_sandbox(&sandbox.id).await;
         self.stop_pause(sandbox).await?;
         if let Err(e) = self.teardown_network(sandbox, false).await {
             // Kept in the record: RemovePodSandbox tries again.

@@ -1,4 +1,14 @@
-//! Following pause containers: a pod whose pause exits is not ready any more.
+//! Following each pod's shim and pause container.
+//!
+//! - The pause exits: the pod is not ready any more.
+//! - The shim dies (OOM killer, a crash, a kill -9; noticed at once through a pidfd of the
+//!   shim's process): nothing would ever stop or report the pod's containers again, so the
+//!   daemon kills and deletes them (and the pause) through the OCI runtime itself, reports
+//!   them exited (the exit the shim recorded, else 137 with reason `ShimDied`), drops the
+//!   connection and marks the pod not ready. Stop and Remove then find nothing running.
+//! - After a daemon restart every pod is followed again; a pod whose shim cannot be reached
+//!   at all (it died while the daemon was down, or the machine rebooted) is settled the same
+//!   way at once.
 
 use super::SandboxService;
 use crate::store::sandbox::{Sandbox, SandboxState};
@@ -6,41 +16,108 @@ use peapod_proto::v1::ContainerEventType;
 use std::sync::Arc;
 
 impl SandboxService {
-    /// After a restart: follow every pod that was ready when the daemon went away.
+    /// After a restart: follow every pod that finished being made (one left `Creating` by a
+    /// crash is recovery's).
     pub fn resume(self: &Arc<Self>) {
         for sb in self.sandboxes.all() {
-            if sb.get().state == SandboxState::Ready {
-                self.watch_pause(sb);
+            if sb.get().state != SandboxState::Creating {
+                self.watch(sb);
             }
         }
     }
 
-    /// Marks the sandbox not ready when its pause container exits.
-    pub(super) fn watch_pause(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
+    /// Follows the pod's pause container and its shim, for as long as the shim lives.
+    pub(super) fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
         let rt = self.clone();
         tokio::spawn(async move {
-            let Ok(shim) = rt.shims.get(&sandbox.id).await else {
-                return;
-            };
-            if shim.wait(&sandbox.id, "").await.is_ok() {
-                match sandbox.update_if(
-                    |r| r.state == SandboxState::Ready,
-                    |r| r.state = SandboxState::NotReady,
-                ) {
-                    Ok(true) => {
-                        tracing::info!(sandbox = %sandbox.id, "pause exited; pod sandbox not ready");
-                        rt.events.emit(
-                            &sandbox.id,
-                            &sandbox.id,
-                            ContainerEventType::ContainerStoppedEvent,
-                        );
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(sandbox = %sandbox.id, error = %e, "persisting NotReady")
-                    }
+            let shim = match rt.shims.get(&sandbox.id).await {
+                Ok(shim) => shim,
+                Err(e) => {
+                    let why = format!("the pod's shim cannot be reached: {e}");
+                    return rt.shim_lost(&sandbox, &why).await;
                 }
+            };
+            let pause = async {
+                if shim.wait(&sandbox.id, "").await.is_ok() {
+                    rt.pause_exited(&sandbox);
+                }
+                // A failed wait is the shim going away: `gone` says so.
+                std::future::pending::<()>().await
+            };
+            tokio::select! {
+                _ = pause => {}
+                _ = shim.gone() => {}
             }
+            drop(shim);
+            rt.shim_lost(&sandbox, "the pod's shim exited").await;
         });
+    }
+
+    fn pause_exited(&self, sandbox: &Sandbox) {
+        match sandbox.update_if(
+            |r| r.state == SandboxState::Ready,
+            |r| r.state = SandboxState::NotReady,
+        ) {
+            Ok(true) => {
+                tracing::info!(sandbox = %sandbox.id, "pause exited; pod sandbox not ready");
+                self.events.emit(
+                    &sandbox.id,
+                    &sandbox.id,
+                    ContainerEventType::ContainerStoppedEvent,
+                );
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(sandbox = %sandbox.id, error = %e, "persisting NotReady"),
+        }
+    }
+
+    /// The watch saw the shim go. RemovePodSandbox shuts shims down on purpose: a pod that is
+    /// no longer in the table by the time its lock is free was removed, and needs nothing.
+    async fn shim_lost(&self, sandbox: &Arc<Sandbox>, why: &str) {
+        let _op = sandbox.op.lock().await;
+        let current = self
+            .sandboxes
+            .read()
+            .by_id
+            .get(&sandbox.id)
+            .is_some_and(|s| Arc::ptr_eq(s, sandbox));
+        if current {
+            self.settle_dead_shim(sandbox, why).await;
+        }
+    }
+
+    /// Kills and deletes through the OCI runtime what the dead shim held, reports its
+    /// containers exited and the pod not ready. Idempotent; the caller holds the pod's lock.
+    pub(super) async fn settle_dead_shim(&self, sandbox: &Sandbox, why: &str) {
+        let id = &sandbox.id;
+        tracing::warn!(sandbox = %id, why, "pod shim gone; killing what is left through the OCI runtime");
+        self.shims.forget(id);
+        let mut ids: Vec<String> = self
+            .containers
+            .records()
+            .of_sandbox(id)
+            .iter()
+            .map(|c| c.id.clone())
+            .collect();
+        ids.push(id.clone());
+        let reaped = match self.shims.reap_orphans(&ids).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(sandbox = %id, error = %e, "killing the containers of a dead shim");
+                false
+            }
+        };
+        self.containers.settle_dead_shim(id, why, reaped);
+        let changed = sandbox.update_if(
+            |r| r.state == SandboxState::Ready,
+            |r| r.state = SandboxState::NotReady,
+        );
+        match changed {
+            Ok(true) => self
+                .events
+                .emit(id, id, ContainerEventType::ContainerStoppedEvent),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(sandbox = %id, error = %e, "persisting NotReady"),
+        }
     }
 }

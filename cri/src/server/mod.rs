@@ -132,11 +132,24 @@ fn log_failure(method: &str, err: &Error) {
 pub struct CriService {
     daemon: Arc<Daemon>,
     metrics: Arc<peapod_metrics::Metrics>,
+    /// Set to true when the server shuts down: open GetContainerEvents streams end on it.
+    stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl CriService {
     pub fn new(daemon: Arc<Daemon>, metrics: Arc<peapod_metrics::Metrics>) -> CriService {
-        CriService { daemon, metrics }
+        CriService {
+            daemon,
+            metrics,
+            stopping: Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
+
+    /// Ends every open event stream (and any opened later). Graceful shutdown waits for open
+    /// streams to finish, and an event stream never finishes on its own: without this, a
+    /// kubelet's GetContainerEvents would keep SIGTERM from ever stopping the daemon.
+    pub fn end_streams(&self) {
+        self.stopping.send_replace(true);
     }
 }
 
@@ -172,15 +185,17 @@ pub async fn serve(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("remove stale {}", socket.display())),
     }
-    let listener = tokio::net::UnixListener::bind(socket)
-        .with_context(|| format!("listen on {}", socket.display()))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
-        .with_context(|| format!("chmod {}", socket.display()))?;
+    let listener = bind_socket(socket)?;
     tracing::info!(socket = %socket.display(), "serving CRI");
     // The pod supervisor (`peapod apply`) is a CRI client of this very socket.
     let pod_cri = std::sync::Arc::new(peapod_pod::cri::TonicCri::new(socket));
     let pods = peapod_pod::manager::Manager::start(pod_cri, pod_settings);
     let cri = CriService::new(rt, metrics.clone());
+    let streams = cri.clone();
+    let shutdown = async move {
+        shutdown.await;
+        streams.end_streams();
+    };
     // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
     let incoming = peapod_uds::incoming(listener);
     tonic::transport::Server::builder()
@@ -198,6 +213,36 @@ pub async fn serve(
     Ok(())
 }
 
+/// Binds the CRI socket so that it never exists at `socket` with a mode wider than 0660: it is
+/// bound in a fresh 0700 directory beside it (under the daemon's umask, so no one else can
+/// reach it there), given mode 0660, and only then renamed into place. A chmod after binding
+/// at the final path would leave a moment in which the socket is there with the umask's mode.
+fn bind_socket(socket: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use anyhow::Context;
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = socket.parent().unwrap_or(Path::new("."));
+    // Short, so that the staged path fits a unix socket address whenever `socket` does
+    // (within a few bytes: the config allows 107).
+    let private = dir.join(format!(".b{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .with_context(|| format!("create {}", private.display()))?;
+    let staged = private.join("s");
+    let bound = (|| {
+        let listener = tokio::net::UnixListener::bind(&staged)
+            .with_context(|| format!("listen on {}", socket.display()))?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o660))
+            .with_context(|| format!("chmod {}", staged.display()))?;
+        std::fs::rename(&staged, socket)
+            .with_context(|| format!("move the socket to {}", socket.display()))?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_dir_all(&private);
+    bound
+}
+
 type EventStream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<cri::ContainerEventResponse, Status>> + Send>>;
 
@@ -210,8 +255,13 @@ impl RuntimeService for CriService {
         .await
     }
     async fn status(&self, r: Request<cri::StatusRequest>) -> RpcResult<cri::StatusResponse> {
-        rpc("Status", r, |req| {
-            std::future::ready(runtime_info::status(&self.daemon, req))
+        // Status reads the CNI configuration directory and looks plugins and the runtime up on
+        // disk: blocking file I/O, so it runs on the blocking pool.
+        let daemon = self.daemon.clone();
+        rpc("Status", r, |req| async move {
+            tokio::task::spawn_blocking(move || runtime_info::status(&daemon, req))
+                .await
+                .map_err(|e| Error::internal(format!("Status task: {e}")))?
         })
         .await
     }
@@ -418,7 +468,11 @@ impl RuntimeService for CriService {
         r: Request<cri::GetEventsRequest>,
     ) -> RpcResult<Self::GetContainerEventsStream> {
         rpc("GetContainerEvents", r, |req| {
-            std::future::ready(events::container_events(&self.daemon, req))
+            std::future::ready(events::container_events(
+                &self.daemon,
+                req,
+                self.stopping.subscribe(),
+            ))
         })
         .await
     }

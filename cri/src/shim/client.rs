@@ -8,7 +8,9 @@ use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::{Message, MessageField};
 use containerd_shim_protos::shim_async::{Client, TaskClient};
 use peapod_shim::protocol::{self, CreateOptions};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use ttrpc::context::{self, Context};
 
@@ -59,6 +61,10 @@ pub struct ShimClient {
     raw: Client,
     task: TaskClient,
     pub socket: PathBuf,
+    /// A pidfd of the shim's process (from Connect), readable once it has exited: how a
+    /// dead shim is noticed at once, without polling. None if the shim's pid could not be
+    /// learnt (then the shim counts as gone).
+    pidfd: Option<Arc<OwnedFd>>,
 }
 
 impl ShimClient {
@@ -72,11 +78,17 @@ impl ShimClient {
                     e,
                 )
             })?;
-        Ok(ShimClient {
+        let mut client = ShimClient {
             task: TaskClient::new(raw.clone()),
             raw,
             socket: socket.to_path_buf(),
-        })
+            pidfd: None,
+        };
+        let pid = client.shim_pid().await?;
+        client.pidfd = Some(Arc::new(pidfd_open(pid).map_err(|e| {
+            Error::io(format_args!("shim: pidfd_open of the shim (pid {pid})"), e)
+        })?));
+        Ok(client)
     }
 
     /// The shim's pid (Connect).
@@ -281,23 +293,39 @@ impl Shim for ShimClient {
     /// Shuts the shim down and returns once its process has exited, so that callers (and
     /// tests) never see a shim that is still on its way out.
     async fn shutdown_and_wait(&self) -> Result<()> {
-        let pidfd = match self.shim_pid().await {
-            Ok(pid) => pidfd_open(pid).ok(),
-            Err(_) => None,
-        };
         self.shutdown(true).await?;
-        if let Some(fd) = pidfd {
-            if tokio::time::timeout(SHIM_EXIT_TIMEOUT, wait_readable(fd))
+        if self.pidfd.is_some()
+            && tokio::time::timeout(SHIM_EXIT_TIMEOUT, self.gone())
                 .await
                 .is_err()
-            {
-                return Err(Error::internal(format!(
-                    "shim: the shim at {} did not exit within {SHIM_EXIT_TIMEOUT:?} of Shutdown",
-                    self.socket.display()
-                )));
-            }
+        {
+            return Err(Error::internal(format!(
+                "shim: the shim at {} did not exit within {SHIM_EXIT_TIMEOUT:?} of Shutdown",
+                self.socket.display()
+            )));
         }
         Ok(())
+    }
+
+    async fn gone(&self) {
+        let Some(fd) = self.pidfd.as_ref().and_then(|fd| fd.try_clone().ok()) else {
+            return;
+        };
+        wait_readable(fd).await
+    }
+
+    fn alive(&self) -> bool {
+        let Some(fd) = &self.pidfd else {
+            return false;
+        };
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout: poll only reports whether it is readable.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n == 0
     }
 }
 
@@ -305,7 +333,7 @@ impl Shim for ShimClient {
 const SHIM_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A pidfd for `pid`: readable once the process has exited.
-fn pidfd_open(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
+fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
@@ -313,10 +341,10 @@ fn pidfd_open(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: fd is a fresh descriptor owned by nobody else.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-async fn wait_readable(fd: std::os::fd::OwnedFd) {
+async fn wait_readable(fd: OwnedFd) {
     // SAFETY: the OwnedFd moves into the AsyncFd and stays open for its whole life.
     let Ok(afd) = (unsafe {
         tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Starts shims and keeps one connection per pod.
 pub struct ShimManager {
@@ -87,13 +88,16 @@ impl Shims for ShimManager {
     }
 
     async fn get(&self, sandbox_id: &str) -> Result<Arc<dyn Shim>> {
-        if let Some(c) = self
-            .clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(sandbox_id)
         {
-            return Ok(c.clone());
+            let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+            match clients.get(sandbox_id) {
+                Some(c) if c.alive() => return Ok(c.clone()),
+                // A dead shim's connection is dropped; connecting again says why it is gone.
+                Some(_) => {
+                    clients.remove(sandbox_id);
+                }
+                None => {}
+            }
         }
         let client = ShimClient::connect(&self.socket_path(sandbox_id)).await?;
         Ok(self.cache(sandbox_id, client))
@@ -114,5 +118,86 @@ impl Shims for ShimManager {
     fn attach_socket_path(&self, container_id: &str) -> PathBuf {
         self.socket_dir
             .join(format!("{}.a", ids::short(container_id)))
+    }
+
+    async fn reap_orphans(&self, container_ids: &[String]) -> Result<()> {
+        let mut failures = Vec::new();
+        for id in container_ids {
+            if let Err(e) = self.kill_and_delete(id).await {
+                failures.push(format!("{id}: {e}"));
+            }
+            // What the dead shim would have removed: its socket (the pod's id) and attach
+            // sockets (a container's).
+            for socket in [self.socket_path(id), self.attach_socket_path(id)] {
+                if let Err(e) = peapod_host::fs::remove_file_if_exists(&socket) {
+                    failures.push(format!("{}: {e}", socket.display()));
+                }
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::internal(format!(
+                "removing containers of a dead shim through {}: {}",
+                self.runtime,
+                failures.join("; ")
+            )))
+        }
+    }
+}
+
+/// How long one OCI runtime command may take when the daemon runs it itself.
+const RUNTIME_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl ShimManager {
+    /// `<runtime> --root <root> ARGS`, bounded in time.
+    async fn runtime(&self, args: &[&str]) -> Result<std::process::Output> {
+        let run = tokio::process::Command::new(&self.runtime)
+            .arg("--root")
+            .arg(&self.runtime_root)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        match tokio::time::timeout(RUNTIME_TIMEOUT, run).await {
+            Ok(out) => out.map_err(|e| Error::io(format_args!("run {}", self.runtime), e)),
+            Err(_) => Err(Error::deadline_exceeded(format!(
+                "{} {} did not finish within {RUNTIME_TIMEOUT:?}",
+                self.runtime,
+                args.join(" ")
+            ))),
+        }
+    }
+
+    /// The containers the OCI runtime knows (`list -q`).
+    async fn runtime_ids(&self) -> Result<Vec<String>> {
+        let out = self.runtime(&["list", "-q"]).await?;
+        if !out.status.success() {
+            return Err(Error::internal(format!(
+                "{} list: {}",
+                self.runtime,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// SIGKILL to every process of the container, then `delete --force`. Whether it worked
+    /// is judged by the runtime's own list afterwards, never by the text of an error.
+    async fn kill_and_delete(&self, id: &str) -> Result<()> {
+        // Fails for a container that is not running (or not there): delete decides.
+        let _ = self.runtime(&["kill", "--all", id, "KILL"]).await?;
+        let delete = self.runtime(&["delete", "--force", id]).await?;
+        if delete.status.success() || !self.runtime_ids().await?.iter().any(|c| c == id) {
+            return Ok(());
+        }
+        Err(Error::internal(format!(
+            "{} delete --force {id}: {}",
+            self.runtime,
+            String::from_utf8_lossy(&delete.stderr).trim()
+        )))
     }
 }

@@ -43,6 +43,11 @@ pub trait Shim: Send + Sync {
     /// Shuts the shim down and returns once its process has exited, so that callers (and
     /// tests) never see a shim that is still on its way out.
     async fn shutdown_and_wait(&self) -> Result<()>;
+    /// Resolves once the shim's process has exited (at once if it already has, or if this
+    /// client never learnt its pid).
+    async fn gone(&self);
+    /// Whether the shim's process still runs.
+    fn alive(&self) -> bool;
 }
 
 /// Where an exec'd process's stdio goes (FIFO paths; empty for none).
@@ -67,6 +72,10 @@ pub trait Shims: Send + Sync {
     fn socket_path(&self, sandbox_id: &str) -> PathBuf;
     /// Where a container's attach socket goes.
     fn attach_socket_path(&self, container_id: &str) -> PathBuf;
+    /// For a pod whose shim died: kills (SIGKILL, every process) and deletes these containers
+    /// through the OCI runtime itself, since nothing else would ever stop them. Containers the
+    /// runtime does not know are fine; the error names each one that could not be removed.
+    async fn reap_orphans(&self, container_ids: &[String]) -> Result<()>;
 }
 
 /// An exit as the shim reports it.

@@ -70,6 +70,8 @@ pub struct FakeShim {
     live: LiveShims,
     tasks: Mutex<HashMap<(String, String), Task>>,
     exited: tokio::sync::watch::Sender<u64>,
+    /// True once the shim "died" ([`FakeShims::crash`]).
+    dead: tokio::sync::watch::Sender<bool>,
     next_pid: Mutex<u32>,
 }
 
@@ -81,8 +83,19 @@ impl FakeShim {
             live,
             tasks: Mutex::new(HashMap::new()),
             exited: tokio::sync::watch::channel(0).0,
+            dead: tokio::sync::watch::channel(false).0,
             next_pid: Mutex::new(1000),
         }
+    }
+
+    /// A call to this shim: fails as a closed connection once it died.
+    fn check(&self, call: &str) -> Result<()> {
+        if *self.dead.borrow() {
+            return Err(Error::internal(format!(
+                "shim: {call}: the connection is closed"
+            )));
+        }
+        self.faults.check(call)
     }
 
     fn key(id: &str, exec_id: &str) -> (String, String) {
@@ -142,7 +155,7 @@ impl Shim for FakeShim {
         _terminal: bool,
         options: &CreateOptions,
     ) -> Result<u32> {
-        self.faults.check("shim.create")?;
+        self.check("shim.create")?;
         let pid = self.add_task(id, "")?;
         if options.start {
             self.set_running(id, "")?;
@@ -151,12 +164,12 @@ impl Shim for FakeShim {
     }
 
     async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
-        self.faults.check("shim.start_task")?;
+        self.check("shim.start_task")?;
         self.set_running(id, exec_id)
     }
 
     async fn kill(&self, id: &str, exec_id: &str, signal: u32, _all: bool) -> Result<()> {
-        self.faults.check("shim.kill")?;
+        self.check("shim.kill")?;
         {
             let mut tasks = lock(&self.tasks);
             let task = tasks
@@ -175,7 +188,7 @@ impl Shim for FakeShim {
     }
 
     async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit> {
-        self.faults.check("shim.delete")?;
+        self.check("shim.delete")?;
         let task = lock(&self.tasks)
             .remove(&Self::key(id, exec_id))
             .ok_or_else(|| Self::not_found(id, exec_id))?;
@@ -183,7 +196,7 @@ impl Shim for FakeShim {
     }
 
     async fn wait(&self, id: &str, exec_id: &str) -> Result<Exit> {
-        self.faults.check("shim.wait")?;
+        self.check("shim.wait")?;
         let mut exited = self.exited.subscribe();
         loop {
             {
@@ -195,6 +208,9 @@ impl Shim for FakeShim {
                     return Ok(exit);
                 }
             }
+            if *self.dead.borrow() {
+                return Err(Error::internal("shim: wait: the connection is closed"));
+            }
             exited
                 .changed()
                 .await
@@ -203,7 +219,7 @@ impl Shim for FakeShim {
     }
 
     async fn state(&self, id: &str, exec_id: &str) -> Result<ProcessState> {
-        self.faults.check("shim.state")?;
+        self.check("shim.state")?;
         let tasks = lock(&self.tasks);
         let task = tasks
             .get(&Self::key(id, exec_id))
@@ -222,28 +238,38 @@ impl Shim for FakeShim {
         _process_json: Vec<u8>,
         _io: &ExecIo,
     ) -> Result<()> {
-        self.faults.check("shim.exec")?;
+        self.check("shim.exec")?;
         self.add_task(id, exec_id).map(drop)
     }
 
     async fn update(&self, id: &str, _resources_json: Vec<u8>) -> Result<()> {
-        self.faults.check("shim.update")?;
+        self.check("shim.update")?;
         self.state(id, "").await.map(drop)
     }
 
     async fn resize(&self, _id: &str, _exec_id: &str, _w: u32, _h: u32) -> Result<()> {
-        self.faults.check("shim.resize")
+        self.check("shim.resize")
     }
 
     async fn reopen_log(&self, id: &str) -> Result<()> {
-        self.faults.check("shim.reopen_log")?;
+        self.check("shim.reopen_log")?;
         self.state(id, "").await.map(drop)
     }
 
     async fn shutdown_and_wait(&self) -> Result<()> {
-        self.faults.check("shim.shutdown")?;
+        self.check("shim.shutdown")?;
         lock(&self.live).remove(&self.sandbox_id);
+        self.dead.send_replace(true);
         Ok(())
+    }
+
+    async fn gone(&self) {
+        let mut dead = self.dead.subscribe();
+        let _ = dead.wait_for(|d| *d).await;
+    }
+
+    fn alive(&self) -> bool {
+        !*self.dead.borrow()
     }
 }
 
@@ -254,6 +280,8 @@ pub struct FakeShims {
     faults: Arc<Faults>,
     dir: PathBuf,
     live: LiveShims,
+    /// Containers whose shim crashed, until `reap_orphans` removes them.
+    orphans: Mutex<BTreeSet<String>>,
 }
 
 impl FakeShims {
@@ -262,6 +290,7 @@ impl FakeShims {
             faults,
             dir: dir.to_path_buf(),
             live: Arc::default(),
+            orphans: Mutex::default(),
         }
     }
 
@@ -272,6 +301,21 @@ impl FakeShims {
 
     pub fn shim(&self, sandbox_id: &str) -> Option<Arc<FakeShim>> {
         lock(&self.live).get(sandbox_id).cloned()
+    }
+
+    /// The pod's shim dies (as if killed): it stops serving and its tasks are orphans.
+    pub fn crash(&self, sandbox_id: &str) {
+        if let Some(shim) = lock(&self.live).remove(sandbox_id) {
+            lock(&self.orphans).extend(shim.task_ids());
+            shim.dead.send_replace(true);
+            // Waiters see the connection close.
+            shim.exited.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Containers of dead shims not yet reaped through the OCI runtime.
+    pub fn orphans(&self) -> BTreeSet<String> {
+        lock(&self.orphans).clone()
     }
 }
 
@@ -305,6 +349,15 @@ impl Shims for FakeShims {
     fn attach_socket_path(&self, container_id: &str) -> PathBuf {
         self.dir
             .join(format!("{}.a", crate::ids::short(container_id)))
+    }
+
+    async fn reap_orphans(&self, container_ids: &[String]) -> Result<()> {
+        self.faults.check("shim.reap_orphans")?;
+        let mut orphans = lock(&self.orphans);
+        for id in container_ids {
+            orphans.remove(id);
+        }
+        Ok(())
     }
 }
 

@@ -87,6 +87,7 @@ impl Harness {
             runtime_rro: false,
             // The fakes do what a host that can would do.
             user_namespaces: Ok(()),
+            nri: crate::nri::Nri::disabled(),
         };
         let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
         rt.resume();
@@ -315,6 +316,11 @@ impl Harness {
             "network namespaces left"
         );
         assert_eq!(self.host.mounts(), BTreeSet::new(), "mounts left");
+        assert_eq!(
+            self.shims.orphans(),
+            BTreeSet::new(),
+            "containers of a dead shim never killed"
+        );
         assert_eq!(
             self.images.rootfs_owners(),
             BTreeSet::new(),

@@ -88,6 +88,9 @@ pub(super) fn unpack_layer_blocking<R: Read>(
     let tmp = layers_dir.join(format!(".tmp-{}", random_hex()));
     let fs_dir = tmp.join("fs");
     std::fs::create_dir_all(&fs_dir).ctx(|| format!("creating {}", fs_dir.display()))?;
+    // The layer's root is a container's `/` when it is the only layer (or an image volume):
+    // 0755 whatever the daemon's umask; a `./` entry in the tar sets its own mode over this.
+    crate::fsutil::chmod(&fs_dir, 0o755)?;
     let res = || -> Result<LayerStats, Error> {
         let mut compressed = HashingReader::new(src);
         let (stats, diff_id) = {

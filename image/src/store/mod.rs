@@ -182,10 +182,11 @@ impl Store {
         let (lock_file, inner) = tokio::task::spawn_blocking(move || Self::open_blocking(&r2))
             .await
             .map_err(join_err)??;
+        let client = registry::build_client(cfg.idle_timeout)?;
         let store = Arc::new(Store {
             root,
             cfg,
-            client: registry::build_client()?,
+            client,
             limits: Limits::default(),
             inner: Mutex::new(inner),
             persist_lock: tokio::sync::Mutex::new(()),
@@ -203,6 +204,10 @@ impl Store {
             std::fs::create_dir_all(root.join(d))
                 .ctx(|| format!("creating {}", root.join(d).display()))?;
         }
+        // Layers hold images' setuid binaries and device nodes, containers/ their writable
+        // layers: no local user may reach them, so the store's root is 0700 — set, not left
+        // to the umask, so that a store made by an older version is closed too.
+        crate::fsutil::chmod(root, 0o700)?;
         let lock_path = root.join("LOCK");
         let lock_file = std::fs::OpenOptions::new()
             .create(true)

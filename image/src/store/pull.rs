@@ -27,7 +27,19 @@ impl Store {
         let _pull_guard = lock.lock().await;
         let started = std::time::Instant::now();
         let span = tracing::info_span!("pull", reference = %name);
-        let res = tracing::Instrument::instrument(self.pull_inner(&r, creds), span).await;
+        let work = tracing::Instrument::instrument(self.pull_inner(&r, creds), span);
+        // The overall deadline: the client's idle timeout alone lets a registry that trickles
+        // a byte a minute hold a pull (and its lock on this reference) for ever. Dropping
+        // `pull_inner` is safe: what it committed is collected below like any failure's.
+        let res = match self.cfg.pull_timeout {
+            Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+                Err(Error::PullTimeout {
+                    reference: name.clone(),
+                    limit,
+                })
+            }),
+            None => work.await,
+        };
         match &res {
             Ok(img) => {
                 tracing::info!(reference = %name, id = %img.id, elapsed_ms = started.elapsed().as_millis() as u64, "pulled image")

@@ -103,6 +103,7 @@ impl Store {
                 // An image without layers (FROM scratch, nothing added).
                 let empty = cdir2.join("empty");
                 std::fs::create_dir_all(&empty).ctx(|| format!("creating {}", empty.display()))?;
+                crate::fsutil::chmod(&empty, 0o755)?;
                 lowers.push(empty);
             }
             if let Some(ns) = &userns {
@@ -135,6 +136,10 @@ impl Store {
                 let upper = cdir2.join("upper");
                 let work = cdir2.join("work");
                 std::fs::create_dir_all(&upper).ctx(|| format!("creating {}", upper.display()))?;
+                // The upper directory's mode is the mode of the container's `/`: 0755 whatever
+                // the daemon's umask (0700 would shut out a container running as non-root).
+                // Its parent, the container's directory, stays 0700.
+                crate::fsutil::chmod(&upper, 0o755)?;
                 std::fs::create_dir_all(&work).ctx(|| format!("creating {}", work.display()))?;
                 crate::mount::mount_overlay(&lowers, Some((&upper, &work)), &target_p, false)?;
                 Ok(Some(upper))

@@ -90,8 +90,12 @@ impl Headers {
     }
 
     /// Parses an uncompressed block. Every length is checked against what is left, so a
-    /// hostile count or length cannot make us allocate more than the block itself.
-    pub fn decode_block(mut block: &[u8]) -> Result<Headers, SpdyError> {
+    /// hostile count or length cannot make us allocate more than the block itself; and since
+    /// a NUL-joined value becomes one pair per piece, each carrying its own copy of the name,
+    /// the decoded size (name + value + [`PAIR_OVERHEAD`] per pair) is bounded by
+    /// `max_decoded` too — otherwise a long name with a value of NULs multiplies into
+    /// gigabytes from one small block.
+    pub fn decode_block(mut block: &[u8], max_decoded: usize) -> Result<Headers, SpdyError> {
         let count = take_u32(&mut block)? as usize;
         // Each pair takes at least 8 bytes: refuse counts the block cannot hold.
         if count > block.len() / 8 {
@@ -101,6 +105,7 @@ impl Headers {
             )));
         }
         let mut headers = Headers::new();
+        let mut decoded = 0usize;
         for _ in 0..count {
             let name = take_string(&mut block)?;
             let value = take_string(&mut block)?;
@@ -109,6 +114,13 @@ impl Headers {
             }
             let name = name.to_ascii_lowercase();
             for v in value.split('\0') {
+                // Counted before the copy is made, so the bound holds for what is allocated.
+                decoded = decoded.saturating_add(name.len() + v.len() + PAIR_OVERHEAD);
+                if decoded > max_decoded {
+                    return Err(SpdyError::Protocol(format!(
+                        "header block decodes past {max_decoded} bytes"
+                    )));
+                }
                 headers.pairs.push((name.clone(), v.to_string()));
             }
         }
@@ -121,6 +133,10 @@ impl Headers {
         Ok(headers)
     }
 }
+
+/// What one decoded pair costs beyond its bytes (two `String`s and the tuple), charged so that
+/// many empty values are not free.
+pub const PAIR_OVERHEAD: usize = 64;
 
 fn take_u32(buf: &mut &[u8]) -> Result<u32, SpdyError> {
     if buf.len() < 4 {
@@ -267,7 +283,7 @@ impl HeaderDecompressor {
                 )));
             }
         }
-        Headers::decode_block(&out)
+        Headers::decode_block(&out, self.max_block)
     }
 }
 
@@ -317,7 +333,7 @@ mod tests {
     #[test]
     fn repeated_names_are_nul_joined_and_split_back() {
         let h = Headers::new().with("a", "1").with("b", "x").with("a", "2");
-        let back = Headers::decode_block(&h.encode_block()).unwrap();
+        let back = Headers::decode_block(&h.encode_block(), 4096).unwrap();
         assert_eq!(
             back.iter().collect::<Vec<_>>(),
             vec![("a", "1"), ("a", "2"), ("b", "x")]
@@ -395,12 +411,39 @@ mod tests {
         assert!(matches!(d.decompress(&block), Err(SpdyError::Protocol(_))));
     }
 
+    /// A long name with a value of NULs would become one copy of the name per NUL: a 256 KiB
+    /// block (the daemon's bound) would decode to about 16 GiB. Refused, through the whole
+    /// compressed path, and a fair block under the same bound still decodes.
+    #[test]
+    fn nul_split_values_cannot_multiply_the_name() {
+        let name = "n".repeat(128 * 1024);
+        let nuls = "\0".repeat(128 * 1024 - 64);
+        let bomb = Headers::new().with(&name, nuls);
+        let mut c = HeaderCompressor::new();
+        let mut d = HeaderDecompressor::new(256 * 1024);
+        let block = c.compress(&bomb).unwrap();
+        match d.decompress(&block) {
+            Err(SpdyError::Protocol(m)) => assert!(m.contains("decodes past"), "{m}"),
+            other => panic!("bomb decoded: {:?}", other.map(|h| h.len())),
+        }
+        // Many empty values of a short name are charged their overhead too.
+        let empties = Headers::new().with("a", "\0".repeat(10_000));
+        assert!(Headers::decode_block(&empties.encode_block(), 64 * 1024).is_err());
+        let fair = Headers::new()
+            .with("streamtype", "stdout")
+            .with("a", "1")
+            .with("a", "2");
+        let mut c = HeaderCompressor::new();
+        let mut d = HeaderDecompressor::new(256 * 1024);
+        assert_eq!(d.decompress(&c.compress(&fair).unwrap()).unwrap(), fair);
+    }
+
     #[test]
     fn hostile_counts_and_lengths_are_refused() {
-        assert!(Headers::decode_block(&unhex("ffffffff")).is_err());
-        assert!(Headers::decode_block(&unhex("00000001ffffffff00000000")).is_err());
-        assert!(Headers::decode_block(&unhex("0000000100000001")).is_err());
-        assert!(Headers::decode_block(&unhex("00")).is_err());
+        assert!(Headers::decode_block(&unhex("ffffffff"), 1024).is_err());
+        assert!(Headers::decode_block(&unhex("00000001ffffffff00000000"), 1024).is_err());
+        assert!(Headers::decode_block(&unhex("0000000100000001"), 1024).is_err());
+        assert!(Headers::decode_block(&unhex("00"), 1024).is_err());
         assert!(HeaderDecompressor::new(1024)
             .decompress(b"garbage!")
             .is_err());
