@@ -33,11 +33,11 @@ pub struct Effects {
     /// Whether the OCI runtime CLI knows recursive read-only mounts ("rro" in `<runtime>
     /// features`); the kernel check is peapod-spec's.
     pub runtime_rro: bool,
+    /// NRI plugins (a no-op when `[nri]` is disabled).
+    pub nri: Arc<Nri>,
     /// Whether pods can have their own user namespace here (`peapod_host::userns::probe`:
     /// a user namespace owning a network namespace, an overlay of idmapped layers), or why not.
     pub user_namespaces: std::result::Result<(), String>,
-    /// NRI plugins (a no-op when `[nri]` is disabled).
-    pub nri: Arc<Nri>,
 }
 
 pub struct Daemon {
@@ -134,21 +134,22 @@ impl Daemon {
             images: images.clone(),
             process_stats: Arc::new(HostProcessStats),
             runtime_rro: runtime_supports_rro(&config.runtime.path).await,
-            user_namespaces: probe_user_namespaces(&config.root).await,
             nri: Nri::start(&config.nri)?,
+            user_namespaces: probe_user_namespaces(&config.root).await,
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
+        crate::recovery::recover(&daemon).await;
         daemon
             .nri
             .restore(daemon.sandboxes.records(), daemon.containers.records())
             .await;
-        daemon.resume();
+        daemon.nri.serve_updates(&daemon.containers);
         daemon.start_streaming().await?;
         Ok(daemon)
     }
 
-    /// After a (re)start: follow the pods and containers that were running when the daemon
-    /// went away, and reload what exec keeps in memory.
+    /// After a (re)start and `recovery`: follow the pods and containers that were running
+    /// when the daemon went away, and reload what exec keeps in memory.
     pub fn resume(&self) {
         self.sandboxes.resume();
         self.containers.resume();
@@ -164,8 +165,7 @@ impl Daemon {
     ) -> Result<Arc<Daemon>> {
         prepare_dirs(&config)?;
         let pause_rootfs = crate::pause::materialize(&config.root.join("pause"))?;
-        // A sandbox left in `Creating` by a crash is kept (listed as not ready) for
-        // RemovePodSandbox to clean.
+        // Records a crash left half-made are loaded too: `recovery` rolls them back.
         let sandbox_records = Arc::new(SandboxRecords::load(&config.root, "sandboxes")?);
         let container_records = Arc::new(ContainerRecords::load(&config.root, "containers")?);
         let events = Arc::new(Events::new(

@@ -33,6 +33,8 @@ pub trait Images: Send + Sync {
     ) -> Result<()>;
     /// Releases what `create_rootfs` made for `owner_id`; an unknown owner is fine.
     async fn remove_rootfs(&self, owner_id: &str, target: &Path) -> Result<()>;
+    /// The owners that have a root filesystem (for the start-up sweep of orphans).
+    fn rootfs_ids(&self) -> Vec<String>;
     /// Registers an image made of `files` (path, bytes, mode) under `name`, pinned.
     async fn add_pinned_local_image(
         &self,
@@ -100,6 +102,10 @@ impl Images for peapod_image::Store {
 
     async fn remove_rootfs(&self, owner_id: &str, target: &Path) -> Result<()> {
         Ok(peapod_image::Store::remove_rootfs(self, owner_id, target).await?)
+    }
+
+    fn rootfs_ids(&self) -> Vec<String> {
+        peapod_image::Store::rootfs_ids(self)
     }
 
     async fn add_pinned_local_image(

@@ -8,6 +8,8 @@
 //! Modules, one line each:
 //! - `server/`: the CRI gRPC services (one file per group of calls) and `serve`;
 //! - `daemon`: builds the services from the config and holds them;
+//! - `detached`: lifecycle work that finishes even when its caller's future is dropped;
+//! - `recovery`: recovery at start (its header states the invariants);
 //! - `sandbox/`: pod sandboxes — `SandboxService`, one file per call (run, stop, remove,
 //!   status, list), the pause's spec and image, watching pause exits;
 //! - `container/`: app containers — `ContainerService`, one file per call (create, start,
@@ -15,6 +17,7 @@
 //! - `exec/`: ExecSync and the streaming server's exec, attach and port-forward sessions;
 //! - `stats/`: container and pod stats from cgroups, `/proc` and the image store;
 //! - `events`: the GetContainerEvents publisher;
+//! - `failpoint`: named crash points of the lifecycle (test builds only);
 //! - `store/`: persisted records of sandboxes and containers, their shared tables, name
 //!   reservation, and their CRI messages (`to_cri`);
 //! - `shim`: the per-pod shim as the daemon uses it (`Shim`, `Shims`) and its ttrpc client;
@@ -38,9 +41,11 @@ pub mod client;
 pub mod config;
 pub mod container;
 pub mod daemon;
+pub mod detached;
 pub mod error;
 pub mod events;
 pub mod exec;
+pub mod failpoint;
 pub mod host_ops;
 pub mod ids;
 pub mod images;
@@ -49,6 +54,7 @@ pub mod nri;
 pub mod oom_score;
 pub mod paths;
 pub mod pause;
+pub mod recovery;
 pub mod runtime_spec;
 pub mod sandbox;
 pub mod server;

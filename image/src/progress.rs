@@ -126,7 +126,11 @@ impl ProgressWriter {
         let task = tokio::spawn(async move {
             let mut last_log = std::time::Instant::now();
             loop {
-                t.write();
+                // File I/O: on the blocking pool, not this async worker. `write` takes the
+                // stop flag's lock, so a write still running when the writer is dropped
+                // cannot bring the removed file back.
+                let w = t.clone();
+                let _ = tokio::task::spawn_blocking(move || w.write()).await;
                 if last_log.elapsed() >= Duration::from_secs(5) {
                     let s = t.snapshot();
                     tracing::info!(reference = %s.reference, done = s.done_bytes, total = s.total_bytes, "pull progress");

@@ -5,9 +5,10 @@
 //! order decide silently. Adjustments peapod cannot apply are refused by name.
 
 use crate::api::{
-    ContainerAdjustment, Hooks, LinuxContainerAdjustment, LinuxCpu, LinuxMemory, LinuxResources,
+    CompoundFieldOwners, ContainerAdjustment, Field, FieldOwners, Hooks, LinuxContainerAdjustment,
+    LinuxCpu, LinuxMemory, LinuxResources,
 };
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// Why an adjustment was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -28,11 +29,55 @@ pub enum AdjustError {
     },
 }
 
+/// An adjusted field: containerd/nri's field number, and the key for fields with several
+/// owners (an annotation's name, a mount's destination, an env variable, …).
+type Claim = (Field, Option<String>);
+
 /// The adjustments of the plugins asked so far, merged, with the plugin owning each field.
 #[derive(Default, Debug)]
 pub struct Merged {
     pub adjust: ContainerAdjustment,
-    owners: HashMap<String, String>,
+    owners: BTreeMap<Claim, String>,
+    /// Plugins that added OCI hooks (hooks add up, they do not conflict).
+    hook_owners: Vec<String>,
+}
+
+/// A field as messages name it.
+fn describe(field: Field, key: Option<&str>) -> String {
+    let name = match field {
+        Field::Annotations => "annotation",
+        Field::Mounts => "mount",
+        Field::Env => "env",
+        Field::Rlimits => "rlimit",
+        Field::Devices => "device",
+        Field::Sysctl => "sysctl",
+        Field::HugepageLimits => "hugepage limit",
+        Field::CgroupsUnified => "unified",
+        Field::Args => "args",
+        Field::CgroupsPath => "cgroups path",
+        Field::OomScoreAdj => "oom_score_adj",
+        Field::MemLimit => "memory.limit",
+        Field::MemReservation => "memory.reservation",
+        Field::MemSwapLimit => "memory.swap",
+        Field::MemKernelLimit => "memory.kernel",
+        Field::MemTcpLimit => "memory.kernel_tcp",
+        Field::MemSwappiness => "memory.swappiness",
+        Field::MemDisableOomKiller => "memory.disable_oom_killer",
+        Field::MemUseHierarchy => "memory.use_hierarchy",
+        Field::CpuShares => "cpu.shares",
+        Field::CpuQuota => "cpu.quota",
+        Field::CpuPeriod => "cpu.period",
+        Field::CpuRealtimeRuntime => "cpu.realtime_runtime",
+        Field::CpuRealtimePeriod => "cpu.realtime_period",
+        Field::CpuSetCpUs => "cpu.cpus",
+        Field::CpuSetMems => "cpu.mems",
+        Field::PidsLimit => "pids.limit",
+        other => other.as_str_name(),
+    };
+    match key {
+        Some(k) => format!("{name} {k}"),
+        None => name.to_string(),
+    }
 }
 
 /// The name a removal marker (`-name`) and its addition share.
@@ -41,18 +86,43 @@ fn unmarked(key: &str) -> &str {
 }
 
 impl Merged {
-    fn claim(&mut self, field: String, plugin: &str) -> Result<(), AdjustError> {
-        match self.owners.get(&field) {
+    fn claim(&mut self, field: Field, key: Option<&str>, plugin: &str) -> Result<(), AdjustError> {
+        let claim = (field, key.map(String::from));
+        match self.owners.get(&claim) {
             Some(owner) if owner != plugin => Err(AdjustError::Conflict {
-                field,
+                field: describe(field, key),
                 first: owner.clone(),
                 second: plugin.to_string(),
             }),
             _ => {
-                self.owners.insert(field, plugin.to_string());
+                self.owners.insert(claim, plugin.to_string());
                 Ok(())
             }
         }
+    }
+
+    /// Who adjusted what, as ValidateContainerAdjustment reports it.
+    pub fn field_owners(&self) -> FieldOwners {
+        let mut out = FieldOwners::default();
+        for ((field, key), plugin) in &self.owners {
+            match key {
+                None => {
+                    out.simple.insert(*field as i32, plugin.clone());
+                }
+                Some(k) => {
+                    out.compound
+                        .entry(*field as i32)
+                        .or_insert_with(CompoundFieldOwners::default)
+                        .owners
+                        .insert(k.clone(), plugin.clone());
+                }
+            }
+        }
+        if !self.hook_owners.is_empty() {
+            out.simple
+                .insert(Field::OciHooks as i32, self.hook_owners.join(","));
+        }
+        out
     }
 
     /// Adds `plugin`'s adjustment; nothing of it is kept when it is refused.
@@ -68,38 +138,41 @@ impl Merged {
 
     fn merge(&mut self, plugin: &str, adj: ContainerAdjustment) -> Result<(), AdjustError> {
         for key in adj.annotations.keys() {
-            self.claim(format!("annotation {}", unmarked(key)), plugin)?;
+            self.claim(Field::Annotations, Some(unmarked(key)), plugin)?;
         }
         for m in &adj.mounts {
-            self.claim(format!("mount {}", unmarked(&m.destination)), plugin)?;
+            self.claim(Field::Mounts, Some(unmarked(&m.destination)), plugin)?;
         }
         for e in &adj.env {
-            self.claim(format!("env {}", unmarked(&e.key)), plugin)?;
+            self.claim(Field::Env, Some(unmarked(&e.key)), plugin)?;
         }
         for r in &adj.rlimits {
-            self.claim(format!("rlimit {}", r.r#type), plugin)?;
+            self.claim(Field::Rlimits, Some(&r.r#type), plugin)?;
         }
         if !adj.args.is_empty() {
-            self.claim("args".into(), plugin)?;
+            self.claim(Field::Args, None, plugin)?;
         }
         if let Some(linux) = &adj.linux {
             for d in &linux.devices {
-                self.claim(format!("device {}", unmarked(&d.path)), plugin)?;
+                self.claim(Field::Devices, Some(unmarked(&d.path)), plugin)?;
             }
             if !linux.cgroups_path.is_empty() {
-                self.claim("cgroups path".into(), plugin)?;
+                self.claim(Field::CgroupsPath, None, plugin)?;
             }
             if linux.oom_score_adj.is_some() {
-                self.claim("oom_score_adj".into(), plugin)?;
+                self.claim(Field::OomScoreAdj, None, plugin)?;
             }
             for key in linux.sysctl.keys() {
-                self.claim(format!("sysctl {}", unmarked(key)), plugin)?;
+                self.claim(Field::Sysctl, Some(unmarked(key)), plugin)?;
             }
             if let Some(r) = &linux.resources {
-                for field in resource_fields(r) {
-                    self.claim(field, plugin)?;
+                for (field, key) in resource_fields(r) {
+                    self.claim(field, key.as_deref(), plugin)?;
                 }
             }
+        }
+        if adj.hooks.is_some() && !self.hook_owners.iter().any(|p| p == plugin) {
+            self.hook_owners.push(plugin.to_string());
         }
         // Claims all held: now the values.
         let out = &mut self.adjust;
@@ -139,42 +212,42 @@ impl Merged {
     }
 }
 
-/// The resource fields an adjustment sets, by name (for ownership).
-pub fn resource_fields(r: &LinuxResources) -> Vec<String> {
+/// The resource fields an adjustment sets (for ownership).
+pub fn resource_fields(r: &LinuxResources) -> Vec<(Field, Option<String>)> {
     let mut out = Vec::new();
     if let Some(m) = &r.memory {
         let fields = [
-            ("memory.limit", m.limit.is_some()),
-            ("memory.reservation", m.reservation.is_some()),
-            ("memory.swap", m.swap.is_some()),
-            ("memory.kernel", m.kernel.is_some()),
-            ("memory.kernel_tcp", m.kernel_tcp.is_some()),
-            ("memory.swappiness", m.swappiness.is_some()),
-            ("memory.disable_oom_killer", m.disable_oom_killer.is_some()),
-            ("memory.use_hierarchy", m.use_hierarchy.is_some()),
+            (Field::MemLimit, m.limit.is_some()),
+            (Field::MemReservation, m.reservation.is_some()),
+            (Field::MemSwapLimit, m.swap.is_some()),
+            (Field::MemKernelLimit, m.kernel.is_some()),
+            (Field::MemTcpLimit, m.kernel_tcp.is_some()),
+            (Field::MemSwappiness, m.swappiness.is_some()),
+            (Field::MemDisableOomKiller, m.disable_oom_killer.is_some()),
+            (Field::MemUseHierarchy, m.use_hierarchy.is_some()),
         ];
-        out.extend(fields.iter().filter(|f| f.1).map(|f| f.0.to_string()));
+        out.extend(fields.iter().filter(|f| f.1).map(|f| (f.0, None)));
     }
     if let Some(c) = &r.cpu {
         let fields = [
-            ("cpu.shares", c.shares.is_some()),
-            ("cpu.quota", c.quota.is_some()),
-            ("cpu.period", c.period.is_some()),
-            ("cpu.realtime_runtime", c.realtime_runtime.is_some()),
-            ("cpu.realtime_period", c.realtime_period.is_some()),
-            ("cpu.cpus", !c.cpus.is_empty()),
-            ("cpu.mems", !c.mems.is_empty()),
+            (Field::CpuShares, c.shares.is_some()),
+            (Field::CpuQuota, c.quota.is_some()),
+            (Field::CpuPeriod, c.period.is_some()),
+            (Field::CpuRealtimeRuntime, c.realtime_runtime.is_some()),
+            (Field::CpuRealtimePeriod, c.realtime_period.is_some()),
+            (Field::CpuSetCpUs, !c.cpus.is_empty()),
+            (Field::CpuSetMems, !c.mems.is_empty()),
         ];
-        out.extend(fields.iter().filter(|f| f.1).map(|f| f.0.to_string()));
+        out.extend(fields.iter().filter(|f| f.1).map(|f| (f.0, None)));
     }
     for h in &r.hugepage_limits {
-        out.push(format!("hugepage limit {}", h.page_size));
+        out.push((Field::HugepageLimits, Some(h.page_size.clone())));
     }
     for k in r.unified.keys() {
-        out.push(format!("unified {k}"));
+        out.push((Field::CgroupsUnified, Some(k.clone())));
     }
     if r.pids.is_some() {
-        out.push("pids.limit".into());
+        out.push((Field::PidsLimit, None));
     }
     out
 }
@@ -453,6 +526,27 @@ mod tests {
         let r = m.adjust.linux.unwrap().resources.unwrap();
         assert_eq!(r.memory.unwrap().limit.unwrap().value, 100);
         assert_eq!(r.pids.unwrap().limit, 10);
+    }
+
+    #[test]
+    fn owners_are_reported_by_containerd_nri_field_numbers() {
+        let mut m = Merged::default();
+        let a = ContainerAdjustment {
+            env: vec![env("A", "1")],
+            args: vec!["sh".into()],
+            hooks: Some(Hooks::default()),
+            ..Default::default()
+        };
+        let b = ContainerAdjustment {
+            hooks: Some(Hooks::default()),
+            ..Default::default()
+        };
+        m.add("10-a", a).unwrap();
+        m.add("20-b", b).unwrap();
+        let o = m.field_owners();
+        assert_eq!(o.simple[&7], "10-a", "Args");
+        assert_eq!(o.simple[&3], "10-a,20-b", "OCI hooks add up");
+        assert_eq!(o.compound[&6].owners["A"], "10-a", "Env");
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub enum Error {
         event: &'static str,
         message: String,
     },
+    #[error("NRI plugin {plugin} rejected the adjustments: {reason}")]
+    Rejected { plugin: String, reason: String },
     #[error("NRI adjustment refused: {0}")]
     Adjust(#[from] AdjustError),
     #[error("NRI socket {path}: {source}")]
@@ -220,12 +222,7 @@ impl Handler for RuntimeService {
                 let Some(rt) = self.runtime.upgrade() else {
                     return Err((code::CANCELLED, "runtime is shutting down".into()));
                 };
-                if !req.evict.is_empty() {
-                    tracing::warn!(
-                        count = req.evict.len(),
-                        "NRI evictions are not supported; ignored"
-                    );
-                }
+                warn_evictions("(UpdateContainers)", &req.evict);
                 let failed = rt.apply_updates(req.update).await;
                 Ok(UpdateContainersResponse { failed }.encode_to_vec())
             }
@@ -247,6 +244,14 @@ impl Runtime {
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(sock_err)?;
+        }
+        // A socket someone answers on belongs to a live runtime (a containerd with NRI on, a
+        // second peapod): refuse rather than steal it. One nobody answers on is stale.
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Err(sock_err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "another runtime is serving NRI on it",
+            )));
         }
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(sock_err(e)),
@@ -320,9 +325,11 @@ impl Runtime {
         self.plugins.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
-    fn drop_plugin(&self, name: &str) {
+    /// Forgets one connection's plugin (by connection: a plugin that registered again
+    /// under the same name is another one).
+    fn drop_plugin(&self, peer: &Arc<Peer>) {
         if let Ok(mut list) = self.plugins.lock() {
-            list.retain(|p| p.name != name);
+            list.retain(|p| !Arc::ptr_eq(&p.peer, peer));
         }
     }
 
@@ -442,12 +449,24 @@ impl Runtime {
                 return Err(fail("Synchronize", e));
             }
         };
-        if let Ok(mut list) = self.plugins.lock() {
-            list.retain(|p| p.name != name);
-            list.push(plugin);
-            list.sort_by(|a, b| (&a.idx, &a.name).cmp(&(&b.idx, &b.name)));
-        }
+        // A plugin registering again under its name (it restarted) replaces the old one.
+        let replaced = match self.plugins.lock() {
+            Ok(mut list) => {
+                let old = list
+                    .iter()
+                    .position(|p| p.name == name)
+                    .map(|i| list.remove(i));
+                list.push(plugin);
+                list.sort_by(|a, b| (&a.idx, &a.name).cmp(&(&b.idx, &b.name)));
+                old
+            }
+            Err(_) => None,
+        };
         drop(st);
+        if let Some(old) = replaced {
+            tracing::info!(plugin = %name, "NRI plugin registered again; closing its old connection");
+            old.peer.close().await;
+        }
         tracing::info!(plugin = %name, events = format!("0x{events:x}"), "NRI plugin registered");
         let failed = self.apply_updates(updates).await;
         if !failed.is_empty() {
@@ -457,7 +476,7 @@ impl Runtime {
         tokio::spawn(async move {
             peer.closed().await;
             if let Some(rt) = weak.upgrade() {
-                rt.drop_plugin(&name);
+                rt.drop_plugin(&peer);
                 tracing::info!(plugin = %name, "NRI plugin disconnected");
             }
         });
@@ -479,11 +498,7 @@ impl Runtime {
             match p.relay(event, method, req, fallback.clone(), timeout).await {
                 Ok(Some(r)) => out.push((p.name.clone(), r)),
                 Ok(None) => {}
-                Err(e) if e.is_fatal() => {
-                    tracing::error!(plugin = %p.name, error = %e, event = method, "dropping NRI plugin");
-                    p.peer.close().await;
-                    self.drop_plugin(&p.name);
-                }
+                Err(e) if e.is_fatal() => self.drop_failed(&p, method, &e).await,
                 Err(e) => {
                     let message = match e {
                         CallError::Status { message, .. } => message,
@@ -498,6 +513,19 @@ impl Runtime {
             }
         }
         Ok(out)
+    }
+
+    /// A plugin that is gone (it disconnected: normal) or broken (too slow, garbled: an
+    /// error) is dropped, and the event goes on without it.
+    async fn drop_failed(&self, p: &Plugin, event: &str, e: &CallError) {
+        match e {
+            CallError::Closed => {
+                tracing::info!(plugin = %p.name, event, "NRI plugin gone; dropped")
+            }
+            _ => tracing::error!(plugin = %p.name, error = %e, event, "dropping NRI plugin"),
+        }
+        p.peer.close().await;
+        self.drop_plugin(&p.peer);
     }
 
     /// Like `relay_all` for events whose failure cannot undo anything (post-events, stops,
@@ -606,14 +634,79 @@ impl Runtime {
             if let Some(adj) = answer.adjust {
                 merged.add(&plugin, adj)?;
             }
+            warn_evictions(&plugin, &answer.evict);
             updates.extend(answer.update);
         }
+        self.validate(pod, &container, &merged, &updates).await?;
         let mut known = container;
         known.state = ContainerState::ContainerCreated as i32;
         st.containers.insert(known.id.clone(), known);
         drop(st);
         self.apply_updates(updates).await;
         Ok(merged.adjust)
+    }
+
+    /// ValidateContainerAdjustment: validator plugins see the merged result and who owns what,
+    /// and may reject it (the create fails). One that does not implement it has no say.
+    async fn validate(
+        &self,
+        pod: Option<PodSandbox>,
+        container: &Container,
+        merged: &Merged,
+        updates: &[ContainerUpdate],
+    ) -> Result<(), Error> {
+        let event = Event::ValidateContainerAdjustment;
+        let validators: Vec<_> = self
+            .plugin_list()
+            .into_iter()
+            .filter(|p| p.subscribed(event))
+            .collect();
+        if validators.is_empty() {
+            return Ok(());
+        }
+        let req = ValidateContainerAdjustmentRequest {
+            pod,
+            container: Some(container.clone()),
+            adjust: Some(merged.adjust.clone()),
+            update: updates.to_vec(),
+            owners: Some(OwningPlugins {
+                owners: [(container.id.clone(), merged.field_owners())].into(),
+            }),
+            plugins: self
+                .plugin_list()
+                .iter()
+                .map(|p| PluginInstance {
+                    name: p.name[p.idx.len() + 1..].to_string(),
+                    index: p.idx.clone(),
+                })
+                .collect(),
+        };
+        for p in validators {
+            let timeout = self.settings.request_timeout;
+            let answer: Result<ValidateContainerAdjustmentResponse, _> = p
+                .peer
+                .call(PLUGIN_SERVICE, event_name(event), &req, timeout)
+                .await;
+            match answer {
+                Ok(r) if r.reject => {
+                    return Err(Error::Rejected {
+                        plugin: p.name.clone(),
+                        reason: r.reason,
+                    })
+                }
+                Ok(_) => {}
+                Err(e) if e.is_unimplemented() => {}
+                Err(e) if e.is_fatal() => self.drop_failed(&p, event_name(event), &e).await,
+                Err(e) => {
+                    return Err(Error::Plugin {
+                        plugin: p.name.clone(),
+                        event: event_name(event),
+                        message: e.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A create that failed after CreateContainer: plugins hear RemoveContainer and forget it.
@@ -714,7 +807,8 @@ impl Runtime {
             .await?;
         let mut result = resources;
         let mut others = Vec::new();
-        for (_, answer) in answers {
+        for (plugin, answer) in answers {
+            warn_evictions(&plugin, &answer.evict);
             for u in answer.update {
                 match (u.container_id == id, u.linux.and_then(|l| l.resources)) {
                     (true, Some(r)) => crate::adjust::merge_resources(&mut result, r),
@@ -814,6 +908,14 @@ impl Runtime {
     /// Whether any plugin is connected (callers may skip building messages when none is).
     pub fn has_plugins(&self) -> bool {
         !self.no_plugins()
+    }
+}
+
+/// Evictions are not carried out: a runtime that stops containers behind the kubelet's back
+/// only makes it start them again; the kubelet's own eviction is the way.
+fn warn_evictions(plugin: &str, evict: &[ContainerEviction]) {
+    for e in evict {
+        tracing::warn!(plugin, container = %e.container_id, reason = %e.reason, "NRI eviction requested; not supported, ignored");
     }
 }
 

@@ -109,13 +109,27 @@ async fn attach(
         .await
         .unwrap();
     let full = format!("{idx}-{name}");
+    wait_plugins(rt, |names| names.contains(&full)).await;
+    conn
+}
+
+/// Waits (up to 5 s) until the registered plugins' names satisfy `ok`.
+async fn wait_plugins(rt: &Runtime, ok: impl Fn(&[String]) -> bool) {
     for _ in 0..500 {
-        if rt.plugin_names().contains(&full) {
-            return conn;
+        if ok(&rt.plugin_names()) {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("plugin {full} not registered within 5s");
+    panic!("plugins are {:?} after 5s", rt.plugin_names());
+}
+
+/// A runtime on a socket in a directory of its own (kept as long as the first value lives).
+fn started() -> (tempfile::TempDir, Settings, Arc<Runtime>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let rt = Runtime::start(s.clone()).unwrap();
+    (dir, s, rt)
 }
 
 fn pod(id: &str) -> PodSandbox {
@@ -139,9 +153,7 @@ fn container(id: &str, pod: &str) -> Container {
 
 #[tokio::test]
 async fn a_late_plugin_is_synchronised_with_existing_pods_and_containers() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     rt.restore(vec![(pod("old"), true)], vec![container("c0", "old")])
         .await;
     rt.run_pod_sandbox(pod("p1")).await.unwrap();
@@ -159,9 +171,7 @@ async fn a_late_plugin_is_synchronised_with_existing_pods_and_containers() {
 
 #[tokio::test]
 async fn events_arrive_in_lifecycle_order_and_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let plugin = Arc::new(Recorder::default());
     let _conn = attach(&rt, &s, "order", "10", plugin.clone()).await;
     rt.run_pod_sandbox(pod("p")).await.unwrap();
@@ -200,9 +210,7 @@ async fn events_arrive_in_lifecycle_order_and_once() {
 
 #[tokio::test]
 async fn removal_without_stop_sends_stop_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let plugin = Arc::new(Recorder::default());
     let _conn = attach(&rt, &s, "rm", "10", plugin.clone()).await;
     rt.run_pod_sandbox(pod("p")).await.unwrap();
@@ -224,9 +232,7 @@ async fn removal_without_stop_sends_stop_first() {
 
 #[tokio::test]
 async fn a_plugin_error_fails_create_and_the_container_stays_unknown() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let plugin = Arc::new(Recorder::default());
     *plugin.fail_create.lock().unwrap() = Some("no room".into());
     let _conn = attach(&rt, &s, "deny", "10", plugin.clone()).await;
@@ -247,9 +253,7 @@ async fn a_plugin_error_fails_create_and_the_container_stays_unknown() {
 
 #[tokio::test]
 async fn adjustments_of_two_plugins_merge_and_conflicts_fail() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let env = |k: &str, v: &str| KeyValue {
         key: k.into(),
         value: v.into(),
@@ -275,9 +279,7 @@ async fn adjustments_of_two_plugins_merge_and_conflicts_fail() {
 
 #[tokio::test]
 async fn a_plugin_too_slow_is_dropped_and_the_event_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let slow = Arc::new(Recorder::default());
     *slow.stall_start.lock().unwrap() = Some(Duration::from_secs(5));
     let _conn = attach(&rt, &s, "slow", "10", slow.clone()).await;
@@ -289,19 +291,11 @@ async fn a_plugin_too_slow_is_dropped_and_the_event_goes_on() {
 
 #[tokio::test]
 async fn a_disconnected_plugin_is_forgotten_and_shutdown_removes_the_socket() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let p = Arc::new(Recorder::default());
     let conn = attach(&rt, &s, "gone", "10", p).await;
     conn.close().await;
-    for _ in 0..500 {
-        if rt.plugin_names().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(rt.plugin_names().is_empty());
+    wait_plugins(&rt, |names| names.is_empty()).await;
     rt.run_pod_sandbox(pod("p")).await.unwrap();
     rt.shutdown().await;
     assert!(!s.socket_path.exists());
@@ -309,9 +303,7 @@ async fn a_disconnected_plugin_is_forgotten_and_shutdown_removes_the_socket() {
 
 #[tokio::test]
 async fn a_pod_stopped_and_removed_with_containers_in_it_ends_them_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = settings(&dir);
-    let rt = Runtime::start(s.clone()).unwrap();
+    let (_dir, s, rt) = started();
     let plugin = Arc::new(Recorder::default());
     let _conn = attach(&rt, &s, "pod", "10", plugin.clone()).await;
     rt.run_pod_sandbox(pod("p")).await.unwrap();
@@ -329,4 +321,191 @@ async fn a_pod_stopped_and_removed_with_containers_in_it_ends_them_first() {
             "RemovePodSandbox p",
         ]
     );
+}
+
+#[tokio::test]
+async fn a_socket_in_use_is_refused_and_a_stale_one_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(&dir);
+    let first = Runtime::start(s.clone()).unwrap();
+    let err = Runtime::start(s.clone())
+        .err()
+        .expect("the socket is in use");
+    assert!(
+        err.to_string()
+            .contains("another runtime is serving NRI on it"),
+        "{err}"
+    );
+    first.shutdown().await;
+    // A socket file left behind by a runtime that died is taken over.
+    let _stale = std::os::unix::net::UnixListener::bind(&s.socket_path).unwrap();
+    drop(_stale);
+    let second = Runtime::start(s.clone()).unwrap();
+    second.shutdown().await;
+}
+
+/// A plugin of an older NRI: no RunPodSandbox/StartContainer/... calls of their own, every
+/// such event comes as StateChange. Answers the calls itself (no stub), as such a plugin would.
+struct OldPlugin {
+    seen: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl crate::wire::Handler for OldPlugin {
+    async fn handle(
+        &self,
+        _service: &str,
+        method: &str,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, (i32, String)> {
+        use prost::Message;
+        match method {
+            "Configure" => Ok(ConfigureResponse { events: 0 }.encode_to_vec()),
+            "Synchronize" => Ok(SynchronizeResponse::default().encode_to_vec()),
+            "CreateContainer" => Ok(CreateContainerResponse::default().encode_to_vec()),
+            "StopContainer" => Ok(StopContainerResponse::default().encode_to_vec()),
+            "StateChange" => {
+                let ev = StateChangeEvent::decode(payload).map_err(|e| (3, e.to_string()))?;
+                let name = Event::try_from(ev.event)
+                    .map(|e| e.as_str_name())
+                    .unwrap_or("?");
+                self.seen.lock().unwrap().push(name.to_string());
+                Ok(Empty {}.encode_to_vec())
+            }
+            _ => Err((
+                crate::wire::code::UNIMPLEMENTED,
+                format!("{method} unknown"),
+            )),
+        }
+    }
+}
+
+#[tokio::test]
+async fn plugins_of_an_older_nri_get_events_as_state_change() {
+    use crate::wire::{Peer, RUNTIME_SERVICE_CONN};
+    let (_dir, s, rt) = started();
+    let old = Arc::new(OldPlugin {
+        seen: Mutex::default(),
+    });
+    let stream = tokio::net::UnixStream::connect(&s.socket_path)
+        .await
+        .unwrap();
+    let peer = Peer::start(stream, RUNTIME_SERVICE_CONN, old.clone());
+    let reg = RegisterPluginRequest {
+        plugin_name: "old".into(),
+        plugin_idx: "10".into(),
+        nri_version: String::new(),
+    };
+    let _: Empty = peer
+        .call(
+            crate::runtime::RUNTIME_SERVICE,
+            "RegisterPlugin",
+            &reg,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    wait_plugins(&rt, |names| !names.is_empty()).await;
+    rt.run_pod_sandbox(pod("p")).await.unwrap();
+    rt.create_container(container("c", "p")).await.unwrap();
+    rt.start_container("c").await.unwrap();
+    rt.remove_pod_sandbox("p").await;
+    assert_eq!(
+        *old.seen.lock().unwrap(),
+        [
+            "RUN_POD_SANDBOX",
+            "START_CONTAINER",
+            "STOP_POD_SANDBOX",
+            "REMOVE_CONTAINER",
+            "REMOVE_POD_SANDBOX"
+        ]
+    );
+    assert_eq!(
+        rt.plugin_names(),
+        ["10-old"],
+        "Unimplemented is not a failure"
+    );
+}
+
+/// A validator: rejects adjustments that set env variables it did not set itself, and keeps
+/// what it was shown.
+#[derive(Default)]
+struct Validator {
+    shown: Mutex<Option<ValidateContainerAdjustmentRequest>>,
+}
+
+#[async_trait::async_trait]
+impl stub::Plugin for Validator {
+    fn events(&self) -> i32 {
+        crate::runtime::event_bit(Event::ValidateContainerAdjustment)
+    }
+    async fn validate(
+        &self,
+        req: ValidateContainerAdjustmentRequest,
+    ) -> Result<Option<String>, String> {
+        *self.shown.lock().unwrap() = Some(req.clone());
+        let env_owner = |c: &ContainerAdjustment| !c.env.is_empty();
+        let rejected = req.adjust.as_ref().is_some_and(env_owner)
+            && req
+                .container
+                .as_ref()
+                .is_some_and(|c| c.name.starts_with("strict"));
+        Ok(rejected.then(|| "env adjustments are not allowed here".to_string()))
+    }
+}
+
+#[tokio::test]
+async fn validators_see_the_merged_adjustment_with_owners_and_may_reject_it() {
+    let (_dir, s, rt) = started();
+    let adjuster = Arc::new(Recorder::default());
+    adjuster.adjust.lock().unwrap().env = vec![KeyValue {
+        key: "X".into(),
+        value: "1".into(),
+    }];
+    let validator = Arc::new(Validator::default());
+    let _a = attach(&rt, &s, "adjuster", "10", adjuster).await;
+    let conn = stub::connect(&s.socket_path, "validator", "90", validator.clone())
+        .await
+        .unwrap();
+    wait_plugins(&rt, |names| names.len() == 2).await;
+    rt.run_pod_sandbox(pod("p")).await.unwrap();
+    let adj = rt.create_container(container("loose", "p")).await.unwrap();
+    assert_eq!(adj.env.len(), 1);
+    let shown = validator.shown.lock().unwrap().clone().unwrap();
+    let owners = &shown.owners.unwrap().owners["loose"];
+    assert_eq!(
+        owners.compound[&(Field::Env as i32)].owners["X"],
+        "10-adjuster"
+    );
+    let names: Vec<_> = shown
+        .plugins
+        .iter()
+        .map(|p| (p.index.as_str(), p.name.as_str()))
+        .collect();
+    assert_eq!(names, [("10", "adjuster"), ("90", "validator")]);
+    let err = rt
+        .create_container(container("strict", "p"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "NRI plugin 90-validator rejected the adjustments: env adjustments are not allowed here"
+    );
+    drop(conn);
+}
+
+#[tokio::test]
+async fn a_plugin_registering_again_replaces_its_old_connection() {
+    let (_dir, s, rt) = started();
+    let old = Arc::new(Recorder::default());
+    let old_conn = attach(&rt, &s, "again", "10", old.clone()).await;
+    let new = Arc::new(Recorder::default());
+    let _new_conn = attach(&rt, &s, "again", "10", new.clone()).await;
+    // The old connection is closed by the runtime, and its end does not drop the new one.
+    old_conn.peer.closed().await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(rt.plugin_names(), ["10-again"]);
+    rt.run_pod_sandbox(pod("p")).await.unwrap();
+    assert_eq!(new.events(), ["RunPodSandbox p"]);
+    assert!(old.events().is_empty());
 }

@@ -13,9 +13,18 @@ use std::time::Duration;
 /// back as the call's error (the runtime fails the event with it).
 #[async_trait::async_trait]
 pub trait Plugin: Send + Sync + 'static {
-    /// The events to subscribe to (a mask of `runtime::event_bit`s); 0 means all.
+    /// The events to subscribe to (a mask of `runtime::event_bit`s; 0 would be all): by
+    /// default every event but ValidateContainerAdjustment, which validators add.
     fn events(&self) -> i32 {
-        0
+        let validate = crate::runtime::event_bit(Event::ValidateContainerAdjustment);
+        crate::runtime::valid_events() & !validate
+    }
+    /// ValidateContainerAdjustment: `Some(reason)` rejects.
+    async fn validate(
+        &self,
+        _req: ValidateContainerAdjustmentRequest,
+    ) -> Result<Option<String>, String> {
+        Ok(None)
     }
     async fn synchronize(
         &self,
@@ -104,6 +113,15 @@ impl<P: Plugin> Handler for Serve<P> {
                 .encode_to_vec());
             }
             "Shutdown" => return Ok(Empty {}.encode_to_vec()),
+            "ValidateContainerAdjustment" => {
+                let req: ValidateContainerAdjustmentRequest = decode(payload)?;
+                let reason = p.validate(req).await.map_err(failed)?;
+                let resp = ValidateContainerAdjustmentResponse {
+                    reject: reason.is_some(),
+                    reason: reason.unwrap_or_default(),
+                };
+                return Ok(resp.encode_to_vec());
+            }
             "RunPodSandbox" | "StopPodSandbox" | "RemovePodSandbox" => {
                 let req: RunPodSandboxRequest = decode(payload)?;
                 let pod = req.pod.unwrap_or_default();

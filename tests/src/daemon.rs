@@ -37,7 +37,7 @@ pub struct DaemonOptions {
     /// Extra CNI plugin directory searched before the system ones.
     pub extra_cni_bin: Option<PathBuf>,
     /// Extra TOML appended to the daemon's configuration file; `{cgroup_parent}` is replaced
-    /// by this daemon's cgroup parent. Without a `[pods]` table here, one putting pod cgroups
+    /// by this daemon's cgroup parent and `{dir}` by its directory. Without a `[pods]` table here, one putting pod cgroups
     /// at `{cgroup_parent}/kubepods` is added.
     pub extra_config: String,
 }
@@ -54,6 +54,8 @@ pub struct TestDaemon {
     pub gateway: String,
     pub cgroup_parent: String,
     pub cri: Cri,
+    /// `PEAPOD_FAILPOINTS` for the next (re)start (see cri/src/failpoint.rs).
+    pub failpoints: Option<String>,
     child: Option<Child>,
     name: String,
 }
@@ -119,13 +121,15 @@ impl TestDaemon {
             state = state.display(),
             conf = conf_dir.display(),
             bins = bin_dirs,
-            extra = extra.replace("{cgroup_parent}", &cgroup_parent),
+            extra = extra
+                .replace("{cgroup_parent}", &cgroup_parent)
+                .replace("{dir}", &dir.display().to_string()),
         );
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config).expect("write config");
         let socket = state.join("peapod.sock");
 
-        let child = spawn_daemon(&dir);
+        let child = spawn_daemon(&dir, None);
         let cri = wait_for_socket(&socket, &dir).await;
         TestDaemon {
             slot,
@@ -139,6 +143,7 @@ impl TestDaemon {
             gateway,
             cgroup_parent,
             cri,
+            failpoints: None,
             child: Some(child),
             name: name.to_string(),
         }
@@ -147,9 +152,34 @@ impl TestDaemon {
     /// Starts the daemon again on the same directories (after `stop_daemon`).
     pub async fn restart(&mut self) -> bool {
         self.stop_daemon();
-        self.child = Some(spawn_daemon(&self.dir));
+        self.child = Some(spawn_daemon(&self.dir, self.failpoints.as_deref()));
         self.cri = wait_for_socket(&self.socket, &self.dir).await;
         true
+    }
+
+    /// Waits up to `limit` for the daemon to end by itself (a failpoint's exit); true if it
+    /// did.
+    pub fn wait_daemon_exit(&mut self, limit: Duration) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return true;
+        };
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                self.child = None;
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Kills the daemon with SIGKILL (no cleanup of any kind), leaving its shims running.
+    pub fn kill_daemon(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     pub fn log(&self) -> String {
@@ -171,6 +201,24 @@ impl TestDaemon {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Sends SIGTERM and waits up to `bound` for the daemon to exit: its exit status, or None
+    /// when it was still running then (it is killed, so the test can go on).
+    pub fn terminate(&mut self, bound: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// Everything of this daemon's pods that is still on the machine; empty when clean.
@@ -252,14 +300,18 @@ impl TestDaemon {
     }
 }
 
-fn spawn_daemon(dir: &Path) -> Child {
+fn spawn_daemon(dir: &Path, failpoints: Option<&str>) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("daemon.log"))
         .expect("open daemon log");
-    Command::new(bin_dir().join("peapod"))
-        .arg("serve")
+    let mut cmd = Command::new(bin_dir().join("peapod"));
+    match failpoints {
+        Some(f) => cmd.env("PEAPOD_FAILPOINTS", f),
+        None => cmd.env_remove("PEAPOD_FAILPOINTS"),
+    };
+    cmd.arg("serve")
         .arg("--config")
         .arg(dir.join("config.toml"))
         .stdin(Stdio::null())

@@ -228,6 +228,46 @@ pub struct Pod {
     pub config: cri::PodSandboxConfig,
 }
 
+/// Runs pod `name` (logs under `logs`) with one `sh -c script` container, created and started,
+/// over its own client (for calls made concurrently, or cut short); returns the pod's and the
+/// container's ids.
+pub async fn run_pod_with_app(
+    cri: &mut crate::Cri,
+    name: &str,
+    cgroup_parent: &str,
+    logs: &Path,
+    image: &str,
+    script: &str,
+) -> Result<(String, String), tonic::Status> {
+    let mut config = sandbox_config(name, cgroup_parent);
+    config.log_directory = logs.join(name).display().to_string();
+    let pod = cri
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await?
+        .into_inner()
+        .pod_sandbox_id;
+    let cid = cri
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(sh("app", image, script)),
+            sandbox_config: Some(config),
+        })
+        .await?
+        .into_inner()
+        .container_id;
+    cri.runtime
+        .start_container(cri::StartContainerRequest {
+            container_id: cid.clone(),
+        })
+        .await?;
+    Ok((pod, cid))
+}
+
 /// A container config: name, image, command and args; logs at `<name>/0.log`.
 pub fn container(name: &str, image: &str, command: &[&str], args: &[&str]) -> cri::ContainerConfig {
     cri::ContainerConfig {

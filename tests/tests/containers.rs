@@ -1,6 +1,6 @@
 //! Containers end to end: images pulled from a local registry, real runc, real CNI.
 
-use e2e::pods::{busybox, container, read_log, sh, stdout_text, Images};
+use e2e::pods::{busybox, container, read_log, run_pod_with_app, sh, stdout_text, Images};
 use e2e::{host, TestDaemon};
 use peapod_proto::v1 as cri;
 use std::time::{Duration, Instant};
@@ -625,10 +625,16 @@ async fn bad_container_requests_change_nothing() {
         .await
         .unwrap();
     let dup = d
-        .create(&pod, sh("twin", &image, "sleep 10"))
+        .create(&pod, sh("twin", &image, "sleep 20"))
         .await
         .unwrap_err();
     assert_eq!(dup.code(), Code::AlreadyExists, "{dup}");
+    let retry = d.create(&pod, sh("twin", &image, "sleep 10")).await;
+    assert_eq!(
+        retry.unwrap(),
+        first,
+        "an identical retry gets the first container"
+    );
     // A created container can be removed without starting it; removing twice is fine.
     for _ in 0..2 {
         d.cri
@@ -678,34 +684,7 @@ async fn twenty_pods_eight_at_a_time() {
         tasks.push(tokio::spawn(async move {
             let _permit = sem.acquire().await.unwrap();
             let name = format!("p{i}");
-            let mut config = e2e::fixtures::sandbox_config(&name, &parent);
-            config.log_directory = logs.join(&name).display().to_string();
-            let pod = cri_client
-                .runtime
-                .run_pod_sandbox(cri::RunPodSandboxRequest {
-                    config: Some(config.clone()),
-                    runtime_handler: String::new(),
-                })
-                .await?
-                .into_inner()
-                .pod_sandbox_id;
-            let cid = cri_client
-                .runtime
-                .create_container(cri::CreateContainerRequest {
-                    pod_sandbox_id: pod.clone(),
-                    config: Some(sh("app", &image, "sleep 300")),
-                    sandbox_config: Some(config),
-                })
-                .await?
-                .into_inner()
-                .container_id;
-            cri_client
-                .runtime
-                .start_container(cri::StartContainerRequest {
-                    container_id: cid.clone(),
-                })
-                .await?;
-            Ok::<_, tonic::Status>((pod, cid))
+            run_pod_with_app(&mut cri_client, &name, &parent, &logs, &image, "sleep 300").await
         }));
     }
     let mut started = Vec::new();

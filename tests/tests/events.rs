@@ -73,3 +73,39 @@ async fn pod_and_container_lifecycle_events_arrive_in_order() {
     assert_eq!(got, want);
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
+
+/// SIGTERM while a client (a kubelet's evented PLEG) holds a GetContainerEvents stream open:
+/// graceful shutdown waits for open streams, so the daemon must end them itself. It exits
+/// within the bound, cleanly, and the client sees its stream end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_while_event_streams_are_open() {
+    let mut d = TestDaemon::start("events-term").await;
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        streams.push(
+            d.cri
+                .runtime
+                .get_container_events(cri::GetEventsRequest {})
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+    }
+    // The streams are live: Version on the same connection still answers.
+    d.cri
+        .runtime
+        .version(cri::VersionRequest::default())
+        .await
+        .unwrap();
+    let status = tokio::task::block_in_place(|| d.terminate(Duration::from_secs(10)))
+        .unwrap_or_else(|| panic!("the daemon ignored SIGTERM for 10 s\n{}", d.log()));
+    assert!(status.success(), "exit status {status:?}\n{}", d.log());
+    for mut stream in streams {
+        let end = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("the stream stayed open after the daemon exited");
+        // Ended cleanly (None) or cut with the connection (an error): either way, no event.
+        assert!(!matches!(end, Some(Ok(_))), "{end:?}");
+    }
+    assert!(!d.socket.exists(), "the daemon removes its socket on exit");
+}

@@ -220,10 +220,26 @@ async fn two_pods_get_their_own_network_and_leave_nothing_behind() {
     );
     assert_eq!(view(&mut d, &short).await.ip, va.ip, "status by id prefix");
 
-    // A second sandbox with the same metadata is refused.
-    let dup = try_run(&mut d, "pod-a").await.unwrap_err();
+    // A second sandbox with the same metadata but another config is refused; the identical
+    // request (a kubelet retry after a deadline) gets the first sandbox.
+    let mut other = sandbox_config("pod-a", &d.cgroup_parent);
+    other.hostname = "another".into();
+    let dup = d
+        .cri
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(other),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(dup.code(), Code::AlreadyExists, "{dup}");
     assert!(dup.message().contains("pod-a"), "{dup}");
+    assert_eq!(
+        try_run(&mut d, "pod-a").await.unwrap(),
+        a,
+        "an identical retry"
+    );
 
     // Stop: NOTREADY, network gone, record kept; stopping again is fine.
     stop(&mut d, &a).await.unwrap();

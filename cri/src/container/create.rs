@@ -3,9 +3,10 @@
 use super::name_of;
 use super::{host_facts, ContainerService};
 use crate::cgroups;
-use crate::error::{Error, Result};
+use crate::error::{Error, Optional, Result};
 use crate::store::container::{Container, ContainerRecord, ContainerState};
-use crate::store::sandbox::{SandboxRecord, SandboxState};
+use crate::store::names::{self, Claim};
+use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
 use peapod_proto::v1::{ContainerConfig, ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
 use peapod_shim::timefmt;
@@ -22,6 +23,8 @@ pub struct CreateContainer {
 /// What a create has made so far, for the failure path.
 #[derive(Default)]
 struct Made {
+    /// The record, written (state `Creating`) before anything else is made.
+    entry: Option<Arc<Container>>,
     rootfs: Option<PathBuf>,
     image_volumes: Vec<crate::store::container::ImageVolume>,
     shim_task: bool,
@@ -68,81 +71,168 @@ fn image_config(c: &peapod_image::ImageConfig) -> peapod_spec::ImageConfig {
     }
 }
 
-fn remove_dir(path: &Path) {
-    if let Err(e) = peapod_host::fs::remove_dir_all_if_exists(path) {
-        tracing::warn!(path = %path.display(), error = %e, "removing a container directory");
+fn remove_dir(path: &Path) -> Result<()> {
+    peapod_host::fs::remove_dir_all_if_exists(path).map_err(|e| Error::path("remove", path, e))
+}
+
+fn ready(srec: &SandboxRecord) -> Result<()> {
+    if srec.state != SandboxState::Ready {
+        return Err(Error::failed_precondition(format!(
+            "pod sandbox {} is not ready",
+            srec.id
+        )));
     }
+    Ok(())
 }
 
 impl ContainerService {
     /// CreateContainer. On failure nothing of the container is left and its name is free.
+    /// The work runs to its end even if the caller goes away; an identical retry (same pod,
+    /// same config) gets the first call's container.
     pub async fn create(self: &Arc<Self>, req: CreateContainer) -> Result<String> {
         validate(&req.config)?;
         let sandbox = self.sandboxes.read().resolve(&req.sandbox_id)?;
         let srec = sandbox.get();
-        if srec.state != SandboxState::Ready {
-            return Err(Error::failed_precondition(format!(
-                "pod sandbox {} is not ready",
-                srec.id
+        ready(&srec)?;
+        let name = name_of(&req.config, &srec.config);
+        let digest = names::digest(&(&srec.id, &req.config));
+        loop {
+            let (id, claim) = {
+                // Lock order: the sandbox table before the container table.
+                let sandboxes = self.sandboxes.read();
+                let mut containers = self.containers.write();
+                let id = containers.ids.generate_unique(&sandboxes.ids);
+                let claim = containers.names.claim(&name, &id, digest, "container")?;
+                (id, claim)
+            };
+            match claim {
+                Claim::Same { id, settled } => {
+                    names::settled(settled).await;
+                    if self.containers.read().by_id.contains_key(&id) {
+                        tracing::info!(container = %id, "an identical CreateContainer: its container");
+                        return Ok(id);
+                    }
+                }
+                Claim::New(settle) => {
+                    let rt = self.clone();
+                    let (sandbox, config) = (sandbox.clone(), req.config.clone());
+                    return crate::detached::run_to_completion(async move {
+                        // Shared with other creates, exclusive with Stop/RemovePodSandbox: a
+                        // create racing a removal of its pod cannot leave a container behind.
+                        let _pod = sandbox.members.read().await;
+                        let result = match rt.sandbox_still_ready(&sandbox) {
+                            Ok(srec) => rt.create_reserved(&id, &name, digest, &srec, config).await,
+                            Err(e) => {
+                                rt.containers.write().names.release(&name, &id);
+                                Err(e)
+                            }
+                        };
+                        drop(settle);
+                        result
+                    })
+                    .await;
+                }
+            }
+        }
+    }
+
+    /// The pod, if it is still there and ready once its membership lock is held.
+    fn sandbox_still_ready(&self, sandbox: &Arc<Sandbox>) -> Result<SandboxRecord> {
+        if !self.sandboxes.read().by_id.contains_key(&sandbox.id) {
+            return Err(Error::not_found(format!(
+                "pod sandbox {} was removed",
+                sandbox.id
             )));
         }
-        let name = name_of(&req.config, &srec.config);
-        let id = {
-            let sandboxes = self.sandboxes.read();
-            let mut containers = self.containers.write();
-            let id = containers.ids.generate_unique(&sandboxes.ids);
-            containers.names.reserve(&name, &id, "container")?;
-            id
-        };
+        let srec = sandbox.get();
+        ready(&srec)?;
+        Ok(srec)
+    }
+
+    /// CreateContainer once the name is reserved for `id`.
+    async fn create_reserved(
+        self: &Arc<Self>,
+        id: &str,
+        name: &str,
+        digest: u64,
+        srec: &SandboxRecord,
+        config: ContainerConfig,
+    ) -> Result<String> {
         // The call's span (server::rpc) has a field for the id it did not know yet.
-        tracing::Span::current().record("container", id.as_str());
+        tracing::Span::current().record("container", id);
         let mut made = Made::default();
         match self
-            .make_container(&id, &name, &srec, req.config, &mut made)
+            .make_container(id, name, digest, srec, config, &mut made)
             .await
         {
             Ok(entry) => {
                 self.containers.write().insert(entry);
-                self.nri.post_create_container(&id).await;
+                self.nri.post_create_container(id).await;
                 self.events
-                    .emit(&id, &srec.id, ContainerEventType::ContainerCreatedEvent);
+                    .emit(id, &srec.id, ContainerEventType::ContainerCreatedEvent);
                 tracing::info!("container created");
-                Ok(id)
+                Ok(id.to_string())
             }
             Err(err) => {
                 tracing::warn!(error = %err, "CreateContainer failed; removing what it made");
-                self.unmake_container(&id, &srec, &made).await;
-                self.nri.undo_create_container(&id).await;
-                self.containers.write().names.release(&name, &id);
-                Err(err)
-            }
-        }
-    }
-
-    async fn unmake_container(&self, id: &str, srec: &SandboxRecord, made: &Made) {
-        self.processes.forget(id);
-        if made.shim_task {
-            if let Ok(shim) = self.shims.get(&srec.id).await {
-                if let Err(e) = shim.delete(id, "").await {
-                    tracing::warn!(error = %e, "deleting a half-created container task");
+                self.nri.undo_create_container(id).await;
+                match self.unmake_container(id, srec, &made).await {
+                    Ok(()) => {
+                        self.containers.write().names.release(name, id);
+                        Err(err)
+                    }
+                    Err(cleanup) => Err(self.keep_half_made(made.entry, err, cleanup)),
                 }
             }
         }
-        if let Some(rootfs) = &made.rootfs {
-            if let Err(e) = self.images.remove_rootfs(id, rootfs).await {
-                tracing::warn!(error = %e, "removing a half-created rootfs");
-            }
-        }
-        // Failures are logged inside; nothing more to do with them on this path.
-        let _ = self.release_image_volumes(&made.image_volumes).await;
-        remove_dir(&self.paths.container_state_dir(id));
-        remove_dir(&self.paths.container_root_dir(id));
     }
 
+    /// A failed create whose cleanup failed too: the container stays listed (EXITED, its name
+    /// still reserved to it) so that RemoveContainer retries, and the error names both.
+    fn keep_half_made(&self, entry: Option<Arc<Container>>, err: Error, cleanup: Error) -> Error {
+        tracing::error!(error = %cleanup, "cleaning up a failed container; it stays for RemoveContainer");
+        let message = format!("{err}; cleaning up failed too ({cleanup})");
+        if let Some(entry) = entry {
+            let why = message.clone();
+            if let Err(e) = entry.update(|r| {
+                r.state = ContainerState::Exited;
+                r.exit_code = 128;
+                r.reason = "CreateError".into();
+                r.message = why;
+                r.finished_at_ns = timefmt::now_ns();
+            }) {
+                tracing::error!(error = %e, "persisting a half-made container as exited");
+            }
+            self.containers.write().insert(entry);
+        }
+        Error::new(err.code(), message)
+    }
+
+    /// Removes what a failed create made, in the reverse order of making; stops at the first
+    /// failure (a directory is not removed while a mount in it may still be there).
+    async fn unmake_container(&self, id: &str, srec: &SandboxRecord, made: &Made) -> Result<()> {
+        self.processes.forget(id);
+        if made.shim_task {
+            // The dead-shim path (deleting through the OCI runtime directly) goes here when
+            // the shim cannot be reached.
+            let shim = self.shims.get(&srec.id).await?;
+            shim.delete(id, "").await.optional()?;
+        }
+        self.release_image_volumes(&made.image_volumes).await?;
+        if let Some(rootfs) = &made.rootfs {
+            self.images.remove_rootfs(id, rootfs).await?;
+        }
+        remove_dir(&self.paths.container_state_dir(id))?;
+        remove_dir(&self.paths.container_root_dir(id))
+    }
+
+    /// Makes the container's pieces in order, each written down in its record before it is
+    /// made (intent before side effect): the record says what a crash at any point left.
     async fn make_container(
         self: &Arc<Self>,
         id: &str,
         name: &str,
+        digest: u64,
         srec: &SandboxRecord,
         mut config: ContainerConfig,
         made: &mut Made,
@@ -161,13 +251,59 @@ impl ContainerService {
 
         let bundle = self.paths.container_state_dir(id);
         let root_dir = self.paths.container_root_dir(id);
-        for dir in [&bundle, &root_dir] {
-            std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
-        }
         let rootfs = bundle.join("rootfs");
+        let exit_file = root_dir.join("exit");
         // In a pod with its own user namespace, an idmapped rootfs (runc 1.1 cannot make one).
         let userns =
             crate::sandbox::spec::pinned_user_namespace(&srec.config, srec.netns.as_deref())?;
+        let log_path = if srec.config.log_directory.is_empty() || config.log_path.is_empty() {
+            String::new()
+        } else {
+            let p = Path::new(&srec.config.log_directory).join(&config.log_path);
+            p.to_string_lossy().into_owned()
+        };
+        let record = ContainerRecord {
+            id: id.to_string(),
+            sandbox_id: srec.id.clone(),
+            name: name.to_string(),
+            image_name: image_ref.clone(),
+            image_id: image.id.clone(),
+            image_ref: image
+                .repo_digests
+                .first()
+                .cloned()
+                .unwrap_or_else(|| image.id.clone()),
+            state: ContainerState::Creating,
+            created_at_ns: timefmt::now_ns(),
+            started_at_ns: 0,
+            finished_at_ns: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            pid: 0,
+            log_path: log_path.clone(),
+            bundle: bundle.clone(),
+            rootfs: rootfs.clone(),
+            exit_file: exit_file.clone(),
+            stop_signal,
+            resources: config.linux.as_ref().and_then(|l| l.resources.clone()),
+            uid: 0,
+            gid: 0,
+            supplemental_groups: Vec::new(),
+            image_volumes: Vec::new(),
+            config: config.clone(),
+            request_digest: digest,
+            runtime_create_sent: false,
+        };
+        // The intent: directories, the rootfs mount target and the runtime's container id.
+        let entry = self.containers.entry(record);
+        entry.create_file()?;
+        made.entry = Some(entry.clone());
+        crate::failpoint::hit("container.create.after-record").await;
+
+        for dir in [&bundle, &root_dir] {
+            std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
+        }
         crate::images::create_rootfs(
             self.images.as_ref(),
             &image.id,
@@ -178,9 +314,12 @@ impl ContainerService {
         )
         .await?;
         made.rootfs = Some(rootfs.clone());
+        crate::failpoint::hit("container.create.after-rootfs").await;
         let mut spec_config = self
             .prepare_image_volumes(id, &bundle, &mut config, &mut made.image_volumes)
             .await?;
+        let volumes = made.image_volumes.clone();
+        entry.update(|r| r.image_volumes = volumes)?;
         // Volumes with the pod's id mapping: staged idmapped binds, detached when this drops
         // (after the runtime's create, which gives the container its own copies).
         let _idmapped = crate::host_ops::off_runtime(|| {
@@ -191,16 +330,13 @@ impl ContainerService {
         let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())
             .map_err(Error::from)?;
 
-        let log_path = if srec.config.log_directory.is_empty() || config.log_path.is_empty() {
-            String::new()
-        } else {
-            let p = Path::new(&srec.config.log_directory).join(&config.log_path);
-            if let Some(dir) = p.parent() {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| Error::path("create log directory", dir, e))?;
-            }
-            p.to_string_lossy().into_owned()
-        };
+        if let Some(dir) = Path::new(&log_path)
+            .parent()
+            .filter(|_| !log_path.is_empty())
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::path("create log directory", dir, e))?;
+        }
 
         let target_pid = self.target_pid(&config, srec)?;
         let cgroups_path = cgroups::cgroups_path(self.cgroup_driver, &srec.cgroup_parent, id);
@@ -231,46 +367,19 @@ impl ContainerService {
         crate::runtime_spec::write_config(&bundle, &spec)?;
         self.processes.remember(id, &spec);
 
-        let exit_file = root_dir.join("exit");
-        let record = ContainerRecord {
-            id: id.to_string(),
-            sandbox_id: srec.id.clone(),
-            name: name.to_string(),
-            image_name: image_ref.clone(),
-            image_id: image.id.clone(),
-            image_ref: image
-                .repo_digests
-                .first()
-                .cloned()
-                .unwrap_or_else(|| image.id.clone()),
-            state: ContainerState::Created,
-            created_at_ns: timefmt::now_ns(),
-            started_at_ns: 0,
-            finished_at_ns: 0,
-            exit_code: 0,
-            reason: String::new(),
-            message: String::new(),
-            pid: 0,
-            log_path: log_path.clone(),
-            bundle: bundle.clone(),
-            rootfs,
-            exit_file: exit_file.clone(),
-            stop_signal,
-            resources: config.linux.as_ref().and_then(|l| l.resources.clone()),
-            uid: user.uid,
-            gid: user.gid,
-            // What the process really gets (primary gid, image memberships unless the Strict
-            // policy, the CRI supplemental groups), as ContainerStatus.user must report it.
-            supplemental_groups: spec
-                .process()
-                .as_ref()
-                .and_then(|p| p.user().additional_gids().clone())
-                .unwrap_or_else(|| user.additional_gids.clone()),
-            image_volumes: made.image_volumes.clone(),
-            config,
-        };
-        let entry = self.containers.entry(record);
-        entry.update(|_| {})?;
+        // What the process really gets (primary gid, image memberships unless the Strict
+        // policy, the CRI supplemental groups), as ContainerStatus.user must report it.
+        let supplemental_groups = spec
+            .process()
+            .as_ref()
+            .and_then(|p| p.user().additional_gids().clone())
+            .unwrap_or_else(|| user.additional_gids.clone());
+        entry.update(|r| {
+            r.uid = user.uid;
+            r.gid = user.gid;
+            r.supplemental_groups = supplemental_groups;
+            r.config = config;
+        })?;
 
         let shim = self.shims.get(&srec.id).await?;
         let rec = entry.get();
@@ -287,9 +396,15 @@ impl ContainerService {
             // The kubelet starts containers with StartContainer, in its own order.
             start: false,
         };
-        let pid = shim.create(id, &bundle, rec.config.tty, &options).await?;
+        // A record in `Creating` may have a task in the runtime: the cleanup deletes it.
         made.shim_task = true;
-        entry.update(|r| r.pid = pid)?;
+        entry.update(|r| r.runtime_create_sent = true)?;
+        let pid = shim.create(id, &bundle, rec.config.tty, &options).await?;
+        crate::failpoint::hit("container.create.after-runtime-create").await;
+        entry.update(|r| {
+            r.pid = pid;
+            r.state = ContainerState::Created;
+        })?;
         Ok(entry)
     }
 

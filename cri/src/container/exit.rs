@@ -88,7 +88,7 @@ impl ContainerService {
         }
     }
 
-    fn settle_one(&self, c: &Container, sandbox_id: &str, why: &str, reaped: bool) {
+    pub(super) fn settle_one(&self, c: &Container, sandbox_id: &str, why: &str, reaped: bool) {
         let rec = c.get();
         if rec.state == ContainerState::Exited {
             return;

@@ -14,6 +14,7 @@ mod image_volumes;
 mod lifecycle_tests;
 mod list;
 mod process;
+mod recover;
 mod remove;
 mod reopen_log;
 mod start;
@@ -32,6 +33,7 @@ use crate::store::sandbox::SandboxRecords;
 use std::sync::Arc;
 
 pub use create::CreateContainer;
+pub use recover::ContainerRecovery;
 pub use status::verbose_info;
 
 /// The container calls, over the container records and the services they use.

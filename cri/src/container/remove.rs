@@ -2,7 +2,7 @@
 
 use super::ContainerService;
 use crate::error::{Error, Optional, Result};
-use crate::store::container::{Container, ContainerState};
+use crate::store::container::{Container, ContainerRecord, ContainerState};
 use peapod_proto::v1::ContainerEventType;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,16 +13,24 @@ impl ContainerService {
         let Some(c) = self.containers.read().resolve(id).optional()? else {
             return Ok(());
         };
-        let _op = c.op.lock().await;
-        self.remove_locked(&c).await?;
-        self.nri.remove_container(&c.id).await;
-        self.containers.write().remove(&c.id);
-        self.events.emit(
-            &c.id,
-            &c.get().sandbox_id,
-            ContainerEventType::ContainerDeletedEvent,
-        );
-        Ok(())
+        let rt = self.clone();
+        crate::detached::run_to_completion(async move {
+            let _op = c.op.lock().await;
+            if !rt.containers.read().by_id.contains_key(&c.id) {
+                return Ok(()); // a concurrent RemoveContainer got there first
+            }
+            // A failure keeps the container listed, so that a later call tries again.
+            rt.remove_locked(&c).await?;
+            rt.nri.remove_container(&c.id).await;
+            rt.containers.write().remove(&c.id);
+            rt.events.emit(
+                &c.id,
+                &c.get().sandbox_id,
+                ContainerEventType::ContainerDeletedEvent,
+            );
+            Ok(())
+        })
+        .await
     }
 
     pub(super) async fn remove_locked(&self, c: &Container) -> Result<()> {
@@ -34,6 +42,7 @@ impl ContainerService {
                     self.kill_and_wait(c, libc::SIGKILL, Duration::ZERO).await?;
                 }
                 shim.delete(&rec.id, "").await.optional()?;
+                crate::failpoint::hit("container.remove.after-runtime-delete").await;
             }
             Err(e) => {
                 // The pod's shim is gone: the OCI runtime itself kills and deletes what may
@@ -42,6 +51,11 @@ impl ContainerService {
                 self.reap_lost(c).await?;
             }
         }
+        self.release_files(&rec).await
+    }
+
+    /// Image volumes, the rootfs, the directories and with them the record.
+    pub(super) async fn release_files(&self, rec: &ContainerRecord) -> Result<()> {
         self.release_image_volumes(&rec.image_volumes).await?;
         self.images.remove_rootfs(&rec.id, &rec.rootfs).await?;
         for dir in [

@@ -15,11 +15,15 @@ impl ContainerService {
         let Some(c) = self.containers.read().resolve(id).optional()? else {
             return Ok(());
         };
-        let _op = c.op.lock().await;
-        self.stop_locked(&c, Duration::from_secs(timeout_s.max(0) as u64))
-            .await?;
-        self.nri.container_stopped(&c.get()).await;
-        Ok(())
+        let rt = self.clone();
+        crate::detached::run_to_completion(async move {
+            let _op = c.op.lock().await;
+            rt.stop_locked(&c, Duration::from_secs(timeout_s.max(0) as u64))
+                .await?;
+            rt.nri.container_stopped(&c.get()).await;
+            Ok(())
+        })
+        .await
     }
 
     pub(super) async fn stop_locked(&self, c: &Container, grace: Duration) -> Result<()> {
@@ -28,7 +32,7 @@ impl ContainerService {
             ContainerState::Running => self.kill_and_wait(c, rec.stop_signal, grace).await,
             // Its shim is gone: only the OCI runtime can still kill it.
             ContainerState::Unknown => self.reap_lost(c).await,
-            ContainerState::Created | ContainerState::Exited => Ok(()),
+            ContainerState::Creating | ContainerState::Created | ContainerState::Exited => Ok(()),
         }
     }
 
@@ -51,6 +55,7 @@ impl ContainerService {
             tracing::info!(container = %rec.id, ?grace, "stop signal not heeded; sending SIGKILL");
         }
         shim.kill(&rec.id, "", libc::SIGKILL as u32, true).await?;
+        crate::failpoint::hit("container.stop.after-kill").await;
         match tokio::time::timeout(KILL_TIMEOUT, shim.wait(&rec.id, "")).await {
             Ok(exit) => {
                 let exit = exit?;

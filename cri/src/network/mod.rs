@@ -19,13 +19,11 @@ use std::time::Duration;
 /// with what ADD used.
 #[async_trait::async_trait]
 pub trait PodNetwork: Send + Sync {
-    /// CNI ADD of loopback and the pod network on `netns`.
-    async fn setup(
-        &self,
-        sandbox_id: &str,
-        netns: &Path,
-        config: &PodSandboxConfig,
-    ) -> Result<CniAttachment>;
+    /// What CNI ADD will be called with (the network, CNI_ARGS, capabilities), without a
+    /// result yet: recorded before ADD runs, so that a crash during ADD leaves what DEL needs.
+    fn plan(&self, sandbox_id: &str, config: &PodSandboxConfig) -> Result<CniAttachment>;
+    /// CNI ADD of loopback and the planned pod network on `netns`; returns the ADD result.
+    async fn setup(&self, sandbox_id: &str, netns: &Path, plan: &CniAttachment) -> Result<Value>;
     /// CNI DEL with what ADD used.
     async fn teardown(&self, sandbox_id: &str, netns: &Path, cni: &CniAttachment) -> Result<()>;
 }
@@ -156,37 +154,33 @@ impl Network {
 
 #[async_trait::async_trait]
 impl PodNetwork for Network {
-    async fn setup(
-        &self,
-        sandbox_id: &str,
-        netns: &Path,
-        config: &PodSandboxConfig,
-    ) -> Result<CniAttachment> {
-        // Reading the configuration directory is file I/O: not on the async workers.
-        let list = crate::host_ops::off_runtime(|| self.current())?;
-        let args = Self::cni_args(sandbox_id, config);
-        let runtime_config = self.runtime_config(config);
+    fn plan(&self, sandbox_id: &str, config: &PodSandboxConfig) -> Result<CniAttachment> {
+        Ok(CniAttachment {
+            // Reading the configuration directory is file I/O: not on the async workers.
+            network: crate::host_ops::off_runtime(|| self.current())?.to_value(),
+            result: Value::Null,
+            ifname: cni::POD_IFNAME.into(),
+            args: Self::cni_args(sandbox_id, config),
+            runtime_config: self.runtime_config(config),
+            deleted: false,
+        })
+    }
+
+    async fn setup(&self, sandbox_id: &str, netns: &Path, plan: &CniAttachment) -> Result<Value> {
+        let list = NetworkList::from_value(&plan.network)?;
         let att = Attachment {
             container_id: sandbox_id,
             netns,
-            ifname: cni::POD_IFNAME,
-            args: &args,
-            runtime_config: &runtime_config,
+            ifname: &plan.ifname,
+            args: &plan.args,
+            runtime_config: &plan.runtime_config,
         };
         let lo = Attachment {
             ifname: "lo",
             ..att.clone()
         };
         self.invoker.add(&NetworkList::loopback(), &lo).await?;
-        let result = self.invoker.add(&list, &att).await?;
-        Ok(CniAttachment {
-            network: list.to_value(),
-            result,
-            ifname: cni::POD_IFNAME.into(),
-            args,
-            runtime_config,
-            deleted: false,
-        })
+        self.invoker.add(&list, &att).await
     }
 
     async fn teardown(&self, sandbox_id: &str, netns: &Path, cni: &CniAttachment) -> Result<()> {

@@ -191,7 +191,7 @@ pub fn new_container(
 /// A container the daemon already has (after a restart), as far as its record tells.
 pub fn known_container(rec: &ContainerRecord) -> nri::Container {
     let state = match rec.state {
-        ContainerState::Created => nri::ContainerState::ContainerCreated,
+        ContainerState::Creating | ContainerState::Created => nri::ContainerState::ContainerCreated,
         ContainerState::Running => nri::ContainerState::ContainerRunning,
         ContainerState::Exited => nri::ContainerState::ContainerStopped,
         ContainerState::Unknown => nri::ContainerState::ContainerUnknown,
@@ -267,7 +267,7 @@ pub fn resources_from_cri(r: &LinuxContainerResources) -> nri::LinuxResources {
     }
 }
 
-/// NRI resources back into CRI's, over `base` (what NRI cannot say is kept).
+/// NRI resources back into CRI's: the fields `r` sets, over `base`.
 pub fn resources_to_cri(
     r: &nri::LinuxResources,
     base: &LinuxContainerResources,
@@ -291,18 +291,22 @@ pub fn resources_to_cri(
         if let Some(p) = &c.period {
             out.cpu_period = p.value as i64;
         }
-        out.cpuset_cpus = c.cpus.clone();
-        out.cpuset_mems = c.mems.clone();
+        if !c.cpus.is_empty() {
+            out.cpuset_cpus = c.cpus.clone();
+        }
+        if !c.mems.is_empty() {
+            out.cpuset_mems = c.mems.clone();
+        }
     }
-    out.hugepage_limits = r
-        .hugepage_limits
-        .iter()
-        .map(|h| HugepageLimit {
+    for h in &r.hugepage_limits {
+        out.hugepage_limits.retain(|x| x.page_size != h.page_size);
+        out.hugepage_limits.push(HugepageLimit {
             page_size: h.page_size.clone(),
             limit: h.limit,
-        })
-        .collect();
-    out.unified = r.unified.clone();
+        });
+    }
+    out.unified
+        .extend(r.unified.iter().map(|(k, v)| (k.clone(), v.clone())));
     out
 }
 
@@ -323,6 +327,17 @@ mod tests {
         };
         let back = resources_to_cri(&resources_from_cri(&cri), &cri);
         assert_eq!(back, cri);
+        // Only what NRI sets changes.
+        let only_memory = nri::LinuxResources {
+            memory: Some(nri::LinuxMemory {
+                limit: Some(nri::OptionalInt64 { value: 1 << 30 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let over = resources_to_cri(&only_memory, &cri);
+        assert_eq!(over.memory_limit_in_bytes, 1 << 30);
+        assert_eq!((over.cpu_shares, over.cpuset_cpus.as_str()), (512, "0"));
     }
 
     #[test]

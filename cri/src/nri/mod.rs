@@ -9,6 +9,7 @@ mod apply;
 mod convert;
 
 use crate::config::NriConfig;
+use crate::container::ContainerService;
 use crate::error::{Error, Result};
 use crate::store::container::{ContainerRecord, ContainerRecords, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxRecords, SandboxState};
@@ -68,6 +69,16 @@ impl Nri {
             .map(|c| convert::known_container(&c.get()))
             .collect();
         rt.restore(pods, known).await;
+    }
+
+    /// Container updates NRI plugins ask for (UpdateContainers, and the updates that come
+    /// with their answers) go to `containers`.
+    pub fn serve_updates(&self, containers: &Arc<ContainerService>) {
+        if let Some(rt) = &self.runtime {
+            rt.set_updater(Arc::new(Updates {
+                containers: Arc::downgrade(containers),
+            }));
+        }
     }
 
     /// Closes the socket (daemon shutdown).
@@ -205,5 +216,48 @@ impl Nri {
         if let Some(rt) = &self.runtime {
             rt.remove_container(id).await;
         }
+    }
+}
+
+/// Applies NRI plugins' container updates as UpdateContainerResources would (without relaying
+/// them back to the plugins).
+struct Updates {
+    /// Weak: the container service holds this NRI, which holds this updater.
+    containers: std::sync::Weak<ContainerService>,
+}
+
+#[async_trait::async_trait]
+impl peapod_nri::Updater for Updates {
+    async fn update(
+        &self,
+        updates: Vec<peapod_nri::api::ContainerUpdate>,
+    ) -> Vec<peapod_nri::api::ContainerUpdate> {
+        let Some(containers) = self.containers.upgrade() else {
+            return updates;
+        };
+        let mut failed = Vec::new();
+        for u in updates {
+            let Some(wanted) = u.linux.as_ref().and_then(|l| l.resources.as_ref()) else {
+                continue;
+            };
+            let current = containers
+                .records()
+                .read()
+                .resolve(&u.container_id)
+                .ok()
+                .and_then(|c| c.get().resources)
+                .unwrap_or_default();
+            let resources = convert::resources_to_cri(wanted, &current);
+            let result = containers
+                .update_resources_as(&u.container_id, resources, false)
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(container = %u.container_id, error = %e, "NRI container update failed");
+                if !u.ignore_failure {
+                    failed.push(u);
+                }
+            }
+        }
+        failed
     }
 }

@@ -56,7 +56,7 @@ async fn a_shim_that_died_while_the_daemon_was_down_is_settled_at_start() {
     let app = h.run_container(&pod, "app").await;
 
     h.shims.crash(&pod);
-    h.restart();
+    h.restart().await;
     until_not_ready(&h, &pod).await;
     assert_killed_by_shim_death(&h, &app).await;
 

@@ -100,12 +100,17 @@ async fn netns_failure_starts_nothing() {
 async fn a_taken_name_is_already_exists_and_changes_nothing() {
     let h = Harness::new().await;
     let id = h.run_pod("web").await.unwrap();
-    let err = h.run_pod("web").await.unwrap_err();
+    let mut other = h.pod_config("web");
+    other.hostname = "other".into();
+    let err = h.run_pod_with(other).await.unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists);
     assert!(err.message().contains(&id), "{err:?}");
     assert_eq!(h.pods().await.len(), 1);
     assert_eq!(h.shims.live().len(), 1);
     assert_eq!(h.pod_state(&id).await, PodSandboxState::SandboxReady);
+    let again = h.run_pod("web").await.unwrap();
+    assert_eq!(again, id, "an identical request gets the first sandbox");
+    assert_eq!(h.pods().await.len(), 1);
 }
 
 #[tokio::test]
@@ -113,16 +118,7 @@ async fn invalid_config_names_the_field_and_makes_nothing() {
     let h = Harness::new().await;
     let mut config = h.pod_config("web");
     config.metadata.as_mut().unwrap().uid.clear();
-    let req = peapod_proto::v1::RunPodSandboxRequest {
-        config: Some(config),
-        runtime_handler: String::new(),
-    };
-    use peapod_proto::v1::runtime_service_server::RuntimeService;
-    let err = h
-        .cri
-        .run_pod_sandbox(tonic::Request::new(req))
-        .await
-        .unwrap_err();
+    let err = h.run_pod_with(config).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("config.metadata.uid"), "{err:?}");
     assert_eq!(h.faults.count("shim.start"), 0);

@@ -9,6 +9,7 @@ mod dead_shim_tests;
 mod lifecycle_tests;
 mod list;
 mod pause_image;
+mod recover;
 mod remove;
 mod run;
 pub mod spec;
@@ -16,6 +17,7 @@ mod status;
 mod stop;
 mod watch;
 
+pub use recover::SandboxRecovery;
 pub use status::verbose_info;
 
 use crate::config::CgroupDriver;

@@ -3,7 +3,7 @@
 
 use super::SandboxService;
 use crate::error::{Error, Optional, Result};
-use crate::store::sandbox::Sandbox;
+use crate::store::sandbox::{Sandbox, SandboxState};
 use peapod_proto::v1::ContainerEventType;
 use std::path::Path;
 use std::sync::Arc;
@@ -13,13 +13,28 @@ fn remove_dir(path: &Path) -> Result<()> {
 }
 
 impl SandboxService {
-    /// RemovePodSandbox: succeeds for an unknown id.
+    /// RemovePodSandbox: succeeds for an unknown id. Runs to its end if the caller goes away;
+    /// a failure keeps the sandbox listed, so that a later call tries again.
     pub async fn remove(self: &Arc<Self>, id: &str) -> Result<()> {
         let Some(sandbox) = self.sandboxes.read().resolve(id).optional()? else {
             return Ok(());
         };
+        let rt = self.clone();
+        crate::detached::run_to_completion(async move { rt.remove_sandbox(sandbox).await }).await
+    }
+
+    async fn remove_sandbox(&self, sandbox: Arc<Sandbox>) -> Result<()> {
         let _op = sandbox.op.lock().await;
-        self.destroy_sandbox(&sandbox).await?;
+        let _members = sandbox.members.write().await;
+        if !self.sandboxes.read().by_id.contains_key(&sandbox.id) {
+            return Ok(()); // a concurrent RemovePodSandbox got there first
+        }
+        if let Err(e) = self.destroy_sandbox(&sandbox).await {
+            if let Err(p) = sandbox.update(|r| r.state = SandboxState::NotReady) {
+                tracing::error!(error = %p, "persisting a sandbox whose removal failed as not ready");
+            }
+            return Err(e);
+        }
         self.sandboxes.write().remove(&sandbox.id);
         self.events.emit(
             &sandbox.id,
@@ -37,6 +52,7 @@ impl SandboxService {
         if let Err(e) = self.teardown_network(sandbox, true).await {
             tracing::warn!(error = %e, "CNI DEL failed on remove; the network namespace is removed anyway");
         }
+        crate::failpoint::hit("sandbox.remove.after-cni-del").await;
         let rec = sandbox.get();
         if let Some(shm) = &rec.shm {
             self.host.unmount(shm)?;
@@ -44,6 +60,14 @@ impl SandboxService {
         if let Some(shim) = self.live_shim(sandbox).await {
             shim.delete(&sandbox.id, "").await.optional()?;
             shim.shutdown_and_wait().await?;
+            crate::failpoint::hit("sandbox.remove.after-shim-shutdown").await;
+            if rec.state == SandboxState::Creating {
+                // Half-made by a crash: the pause's runtime create may have been under way
+                // when the shim lost its caller, and the shim knew nothing of it.
+                self.shims
+                    .reap_orphans(std::slice::from_ref(&sandbox.id))
+                    .await?;
+            }
         } else {
             // No shim (it died, or never started): the OCI runtime's state of the pause and
             // the shim's socket would outlive it.

@@ -7,6 +7,7 @@ use crate::cgroups;
 use crate::error::{Error, Result};
 use crate::network::files;
 use crate::shim::Shim;
+use crate::store::names::{self, Claim};
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
 use peapod_proto::v1::{ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
@@ -83,6 +84,8 @@ fn validate(config: &PodSandboxConfig, runtime_handler: &str, handler_name: &str
 
 impl SandboxService {
     /// RunPodSandbox. On any failure everything made so far is removed and the name released.
+    /// The work runs to its end even if the caller goes away; an identical retry (same
+    /// config, same handler) gets the first call's sandbox.
     pub async fn run(
         self: &Arc<Self>,
         config: PodSandboxConfig,
@@ -91,12 +94,46 @@ impl SandboxService {
         validate(&config, &runtime_handler, &self.runtime_handler_name())?;
         spec::check_user_namespace(&config, &self.settings.user_namespaces)?;
         let name = SandboxRecord::name_of(&config);
-        let id = {
-            let mut table = self.sandboxes.write();
-            let id = table.ids.generate_unique(&Default::default());
-            table.names.reserve(&name, &id, "pod sandbox")?;
-            id
-        };
+        let digest = names::digest(&(&config, &runtime_handler));
+        loop {
+            let (id, claim) = {
+                let mut table = self.sandboxes.write();
+                let id = table.ids.generate_unique(&Default::default());
+                let claim = table.names.claim(&name, &id, digest, "pod sandbox")?;
+                (id, claim)
+            };
+            match claim {
+                Claim::Same { id, settled } => {
+                    names::settled(settled).await;
+                    if self.sandboxes.read().by_id.contains_key(&id) {
+                        tracing::info!(sandbox = %id, "an identical RunPodSandbox: its sandbox");
+                        return Ok(id);
+                    }
+                    // The first call failed and freed the name: this one makes the sandbox.
+                }
+                Claim::New(settle) => {
+                    let rt = self.clone();
+                    let (config, handler) = (config.clone(), runtime_handler.clone());
+                    return crate::detached::run_to_completion(async move {
+                        let result = rt.run_reserved(id, name, digest, config, handler).await;
+                        drop(settle);
+                        result
+                    })
+                    .await;
+                }
+            }
+        }
+    }
+
+    /// RunPodSandbox once the name is reserved for `id`.
+    async fn run_reserved(
+        self: &Arc<Self>,
+        id: String,
+        name: String,
+        digest: u64,
+        config: PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String> {
         // The call's span (server::rpc) has a field for the id it did not know yet.
         tracing::Span::current().record("sandbox", id.as_str());
         let (net, _, ipc) = namespace_modes(&config);
@@ -124,6 +161,8 @@ impl SandboxService {
             shm: (ipc != NamespaceMode::Node).then(|| dir.join("shm")),
             dir,
             rootfs_mounted: false,
+            request_digest: digest,
+            pause_create_sent: false,
         };
         let sandbox = self.sandboxes.entry(record);
         match self.create_sandbox(&sandbox, net).await {
@@ -138,13 +177,33 @@ impl SandboxService {
             }
             Err(err) => {
                 tracing::warn!(error = %err, "RunPodSandbox failed; removing what it made");
-                if let Err(cleanup) = self.destroy_sandbox(&sandbox).await {
-                    tracing::error!(error = %cleanup, "cleaning up a failed sandbox");
+                match self.destroy_sandbox(&sandbox).await {
+                    Ok(()) => {
+                        self.sandboxes.write().names.release(&name, &id);
+                        Err(err)
+                    }
+                    Err(cleanup) => Err(self.keep_half_made(&sandbox, err, cleanup)),
                 }
-                self.sandboxes.write().names.release(&name, &id);
-                Err(err)
             }
         }
+    }
+
+    /// A failed RunPodSandbox whose cleanup failed too: the sandbox stays listed (NOTREADY,
+    /// its name still reserved to it) so that RemovePodSandbox retries the cleanup, and the
+    /// error names both failures.
+    fn keep_half_made(&self, sandbox: &Arc<Sandbox>, err: Error, cleanup: Error) -> Error {
+        tracing::error!(error = %cleanup, "cleaning up a failed sandbox; it stays for RemovePodSandbox");
+        if let Err(e) = sandbox.update(|r| r.state = SandboxState::NotReady) {
+            tracing::error!(error = %e, "persisting a half-made sandbox as not ready");
+        }
+        self.sandboxes.write().insert(sandbox.clone());
+        Error::new(
+            err.code(),
+            format!(
+                "{err}; cleaning up failed too ({cleanup}): pod sandbox {} is kept NOTREADY for RemovePodSandbox",
+                sandbox.id
+            ),
+        )
     }
 
     pub(super) async fn create_sandbox(
@@ -156,25 +215,37 @@ impl SandboxService {
         let rec = sandbox.get();
         std::fs::create_dir_all(&rec.dir).map_err(|e| Error::path("create", &rec.dir, e))?;
         // Persisted first, so that a crash half-way leaves a record to clean up from.
-        sandbox.update(|_| {})?;
+        sandbox.create_file()?;
+        crate::failpoint::hit("sandbox.run.after-record").await;
 
         let started = std::time::Instant::now();
         // The pause container needs only the namespace to exist, not the network in it: CNI
         // runs while the shim and the pause container start.
         if net != NamespaceMode::Node {
+            // The intent first: a crash after the pin leaves a record naming the namespace.
             let userns = peapod_spec::pod_user_namespace(&rec.config)?;
-            let path = self
-                .host
-                .pin_netns(&self.paths.netns_dir(), &id, userns.as_ref())?;
-            sandbox.update(|r| r.netns = Some(path))?;
+            let netns_dir = self.paths.netns_dir();
+            let planned = netns_dir.join(&id);
+            sandbox.update(|r| r.netns = Some(planned.clone()))?;
+            let path = self.host.pin_netns(&netns_dir, &id, userns.as_ref())?;
+            if path != planned {
+                sandbox.update(|r| r.netns = Some(path))?;
+            }
+            crate::failpoint::hit("sandbox.run.after-netns").await;
         }
         let rec = sandbox.get();
         let network = async {
             if let Some(path) = &rec.netns {
-                let attachment = self.network.setup(&id, path, &rec.config).await?;
-                let ips = crate::network::cni::result_ips(&attachment.result);
+                // "CNI ADD started", with everything DEL needs, before ADD runs.
+                let plan = self.network.plan(&id, &rec.config)?;
+                sandbox.update(|r| r.cni = Some(plan.clone()))?;
+                let result = self.network.setup(&id, path, &plan).await?;
+                crate::failpoint::hit("sandbox.run.after-cni-add").await;
+                let ips = crate::network::cni::result_ips(&result);
                 sandbox.update(|r| {
-                    r.cni = Some(attachment);
+                    if let Some(c) = r.cni.as_mut() {
+                        c.result = result;
+                    }
                     r.ips = ips;
                 })?;
             }
@@ -182,8 +253,10 @@ impl SandboxService {
         };
         let pause = async {
             let shim = self.shims.start(&id, &rec.dir.join("shim.log")).await?;
+            crate::failpoint::hit("sandbox.run.after-shim-start").await;
             let shim_time = started.elapsed();
             let pid = self.start_pause(sandbox, shim.as_ref()).await?;
+            crate::failpoint::hit("sandbox.run.after-pause-start").await;
             Ok::<_, Error>((pid, shim_time, started.elapsed()))
         };
         let (network, pause) = tokio::join!(network, pause);
@@ -245,6 +318,7 @@ impl SandboxService {
             start: true,
             ..Default::default()
         };
+        sandbox.update(|r| r.pause_create_sent = true)?;
         shim.create(id, &bundle, false, &options).await
     }
 }

@@ -17,13 +17,18 @@ use std::time::Duration;
 const PAUSE_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SandboxService {
-    /// StopPodSandbox: succeeds for an unknown id.
+    /// StopPodSandbox: succeeds for an unknown id. Runs to its end if the caller goes away.
     pub async fn stop(self: &Arc<Self>, id: &str) -> Result<()> {
         let Some(sandbox) = self.sandboxes.read().resolve(id).optional()? else {
             return Ok(());
         };
-        let _op = sandbox.op.lock().await;
-        self.stop_sandbox(&sandbox).await
+        let rt = self.clone();
+        crate::detached::run_to_completion(async move {
+            let _op = sandbox.op.lock().await;
+            let _members = sandbox.members.write().await;
+            rt.stop_sandbox(&sandbox).await
+        })
+        .await
     }
 
     pub(super) async fn stop_sandbox(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
@@ -41,6 +46,7 @@ impl SandboxService {
             // Kept in the record: RemovePodSandbox tries again.
             tracing::warn!(error = %e, "CNI DEL failed; will retry on remove");
         }
+        crate::failpoint::hit("sandbox.stop.after-cni-del").await;
         if let Some(shm) = sandbox.get().shm {
             self.host.unmount(&shm)?;
         }

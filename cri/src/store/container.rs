@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContainerState {
+    /// CreateContainer is under way (or crashed half-way: recovery removes it). Never listed.
+    Creating,
     Created,
     Running,
     Exited,
@@ -49,6 +51,14 @@ pub struct ContainerRecord {
     /// Image volumes mounted for this container (records from before them have none).
     #[serde(default)]
     pub image_volumes: Vec<ImageVolume>,
+    /// The digest of the request that made it (`names::digest`), so that an identical retry
+    /// gets this object (0 in records from before it).
+    #[serde(default)]
+    pub request_digest: u64,
+    /// the runtime create was sent to the shim (intent: recovery waits for it to land before
+    /// deleting it).
+    #[serde(default)]
+    pub runtime_create_sent: bool,
 }
 
 /// A read-only image rootfs mounted for an image-volume mount.
@@ -69,6 +79,10 @@ impl Record for ContainerRecord {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn digest(&self) -> u64 {
+        self.request_digest
     }
 
     fn path(root: &Path, id: &str) -> PathBuf {

@@ -52,6 +52,14 @@ pub struct SandboxRecord {
     /// The pause rootfs is a mount from the image store (not the shared built-in one).
     #[serde(default)]
     pub rootfs_mounted: bool,
+    /// The digest of the request that made it (`names::digest`), so that an identical retry
+    /// gets this object (0 in records from before it).
+    #[serde(default)]
+    pub request_digest: u64,
+    /// the pause's create was sent to the shim (intent: recovery waits for it to land before
+    /// deleting it).
+    #[serde(default)]
+    pub pause_create_sent: bool,
 }
 
 impl SandboxRecord {
@@ -72,6 +80,10 @@ impl Record for SandboxRecord {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn digest(&self) -> u64 {
+        self.request_digest
     }
 
     fn path(root: &Path, id: &str) -> PathBuf {

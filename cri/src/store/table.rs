@@ -18,6 +18,10 @@ pub trait Record: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
     fn id(&self) -> &str;
     /// The reserved name.
     fn name(&self) -> &str;
+    /// The digest of the request that made it (0: unknown), for identical retries.
+    fn digest(&self) -> u64 {
+        0
+    }
     /// The record's file under the daemon root.
     fn path(root: &Path, id: &str) -> PathBuf;
 }
@@ -28,8 +32,15 @@ pub struct Entry<R: Record> {
     /// Where the record is persisted.
     file: PathBuf,
     record: RwLock<R>,
+    /// Serializes writers of the record (held across the file write); readers only ever
+    /// take `record`, which is never held across disk I/O.
+    persist: std::sync::Mutex<()>,
     /// Serializes lifecycle operations on this object.
     pub op: tokio::sync::Mutex<()>,
+    /// For a pod: held shared by calls that add to it (CreateContainer), exclusively by the
+    /// calls that end it (Stop/RemovePodSandbox), so that no container is made in a pod
+    /// being stopped or removed.
+    pub members: tokio::sync::RwLock<()>,
 }
 
 impl<R: Record> Entry<R> {
@@ -39,7 +50,9 @@ impl<R: Record> Entry<R> {
             id: record.id().to_string(),
             file: R::path(root, record.id()),
             record: RwLock::new(record),
+            persist: std::sync::Mutex::new(()),
             op: tokio::sync::Mutex::new(()),
+            members: tokio::sync::RwLock::new(()),
         })
     }
 
@@ -53,26 +66,41 @@ impl<R: Record> Entry<R> {
     /// Like [`Entry::update`], but only when `pred` holds, checked under the same lock (for
     /// state transitions two tasks may race to make). Returns whether it applied.
     pub fn update_if(&self, pred: impl FnOnce(&R) -> bool, f: impl FnOnce(&mut R)) -> Result<bool> {
-        let mut guard = self.record.write().unwrap_or_else(|p| p.into_inner());
-        if !pred(&guard) {
+        let _writer = self.persist.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = self.get();
+        if !pred(&next) {
             return Ok(false);
         }
-        let mut next = guard.clone();
         f(&mut next);
-        super::write_record(&self.file, &next)?;
-        *guard = next;
+        self.persist_and_swap(next)?;
         Ok(true)
     }
 
     /// Applies `f` to the record and persists it; the in-memory record changes only if the
-    /// write succeeded.
+    /// write succeeded. Readers keep reading the old record while the file is written.
     pub fn update(&self, f: impl FnOnce(&mut R)) -> Result<R> {
-        let mut guard = self.record.write().unwrap_or_else(|p| p.into_inner());
-        let mut next = guard.clone();
+        let _writer = self.persist.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = self.get();
         f(&mut next);
-        super::write_record(&self.file, &next)?;
-        *guard = next.clone();
+        self.persist_and_swap(next.clone())?;
         Ok(next)
+    }
+
+    /// Writes `next` (the caller holds `persist`), then swaps it in. The write (an fsync) runs
+    /// off the async workers: other tasks of this worker move to another thread first.
+    fn persist_and_swap(&self, next: R) -> Result<()> {
+        crate::host_ops::off_runtime(|| super::write_record(&self.file, &next))?;
+        *self.record.write().unwrap_or_else(|p| p.into_inner()) = next;
+        Ok(())
+    }
+
+    /// Persists a new object's record for the first time, making its directory.
+    pub fn create_file(&self) -> Result<()> {
+        if let Some(dir) = self.file.parent() {
+            crate::host_ops::off_runtime(|| std::fs::create_dir_all(dir))
+                .map_err(|e| Error::path("create", dir, e))?;
+        }
+        self.update(|_| {}).map(drop)
     }
 }
 
@@ -130,7 +158,10 @@ impl<R: Record> Table<R> {
             let id = entry.file_name().to_string_lossy().into_owned();
             match super::read_record::<R>(&R::path(root, &id)) {
                 Ok(Some(record)) => {
-                    if let Err(e) = self.names.reserve(record.name(), &id, R::KIND) {
+                    if let Err(e) = self
+                        .names
+                        .reserve(record.name(), &id, record.digest(), R::KIND)
+                    {
                         tracing::warn!(id = %id, error = %e, "duplicate name in records");
                     }
                     self.insert(Entry::new(root, record));
@@ -228,8 +259,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = records(dir.path());
         let e = r.entry(thing("abc123", "one"));
+        e.create_file().unwrap();
         e.update(|t| t.n = 7).unwrap();
-        r.write().names.reserve("one", "abc123", "thing").unwrap();
+        r.write()
+            .names
+            .reserve("one", "abc123", 0, "thing")
+            .unwrap();
         r.write().insert(e);
 
         let again = records(dir.path());
@@ -237,7 +272,7 @@ mod tests {
         let err = again
             .write()
             .names
-            .reserve("one", "other", "thing")
+            .reserve("one", "other", 0, "thing")
             .unwrap_err();
         assert_eq!(err.code(), crate::error::Code::AlreadyExists);
     }
@@ -247,6 +282,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = records(dir.path());
         let e = r.entry(thing("abc", "one"));
+        e.create_file().unwrap();
         assert!(e.update_if(|t| t.n == 0, |t| t.n = 1).unwrap());
         assert!(!e.update_if(|t| t.n == 0, |t| t.n = 2).unwrap());
         assert_eq!(e.get().n, 1);
@@ -268,7 +304,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let r = records(dir.path());
         for (id, name) in [("abc1", "a"), ("abd2", "b")] {
-            r.write().names.reserve(name, id, "thing").unwrap();
+            r.write().names.reserve(name, id, 0, "thing").unwrap();
             r.write().insert(r.entry(thing(id, name)));
         }
         let err = r.resolve("ab").map(drop).unwrap_err();
@@ -282,6 +318,6 @@ mod tests {
 
         r.write().remove("abd2");
         assert_eq!(r.all().len(), 1);
-        r.write().names.reserve("b", "new", "thing").unwrap();
+        r.write().names.reserve("b", "new", 0, "thing").unwrap();
     }
 }

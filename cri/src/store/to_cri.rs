@@ -68,7 +68,7 @@ pub fn sandbox_list_item(rec: &SandboxRecord) -> PodSandbox {
 
 pub fn container_state(state: ContainerState) -> cri::ContainerState {
     match state {
-        ContainerState::Created => cri::ContainerState::ContainerCreated,
+        ContainerState::Creating | ContainerState::Created => cri::ContainerState::ContainerCreated,
         ContainerState::Running => cri::ContainerState::ContainerRunning,
         ContainerState::Exited => cri::ContainerState::ContainerExited,
         ContainerState::Unknown => cri::ContainerState::ContainerUnknown,

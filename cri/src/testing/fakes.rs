@@ -27,6 +27,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct Faults {
     failing: Mutex<HashSet<String>>,
     calls: Mutex<Vec<String>>,
+    /// Calls held at a gate until it opens (to make a call slow at a chosen step).
+    gates: Mutex<HashMap<String, tokio::sync::watch::Sender<bool>>>,
 }
 
 impl Faults {
@@ -42,6 +44,42 @@ impl Faults {
     /// How many times `call` was made.
     pub fn count(&self, call: &str) -> usize {
         lock(&self.calls).iter().filter(|c| *c == call).count()
+    }
+
+    /// Makes every later call named `call` wait (after it is counted) until [`Faults::open`].
+    pub fn hold(&self, call: &str) {
+        lock(&self.gates).insert(call.to_string(), tokio::sync::watch::channel(false).0);
+    }
+
+    /// Lets the calls held at `call`'s gate (and every later one) through.
+    pub fn open(&self, call: &str) {
+        if let Some(gate) = lock(&self.gates).remove(call) {
+            gate.send_replace(true);
+        }
+    }
+
+    /// Waits until `call` has been made `n` times (at most 10 s).
+    pub async fn reached(&self, call: &str, n: usize) {
+        for _ in 0..10_000 {
+            if self.count(call) >= n {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        panic!("{call} was not made {n} times within 10 s");
+    }
+
+    /// Records a call, waits at its gate if it is held, then fails it if told to.
+    async fn pass(&self, call: &str) -> Result<()> {
+        let gate = lock(&self.gates).get(call).map(|g| g.subscribe());
+        lock(&self.calls).push(call.to_string());
+        if let Some(mut gate) = gate {
+            let _ = gate.wait_for(|open| *open).await;
+        }
+        if lock(&self.failing).contains(call) {
+            return Err(Error::internal(format!("injected failure of {call}")));
+        }
+        Ok(())
     }
 
     /// Records a call; fails it if told to.
@@ -89,6 +127,21 @@ impl FakeShim {
     }
 
     /// A call to this shim: fails as a closed connection once it died.
+    /// Like [`FakeShim::check`], but waits at the call's gate if it is held.
+    async fn pass(&self, call: &str) -> Result<()> {
+        self.check_alive(call)?;
+        self.faults.pass(call).await
+    }
+
+    fn check_alive(&self, call: &str) -> Result<()> {
+        if *self.dead.borrow() {
+            return Err(Error::internal(format!(
+                "shim: {call}: the connection is closed"
+            )));
+        }
+        Ok(())
+    }
+
     fn check(&self, call: &str) -> Result<()> {
         if *self.dead.borrow() {
             return Err(Error::internal(format!(
@@ -155,7 +208,7 @@ impl Shim for FakeShim {
         _terminal: bool,
         options: &CreateOptions,
     ) -> Result<u32> {
-        self.check("shim.create")?;
+        self.pass("shim.create").await?;
         let pid = self.add_task(id, "")?;
         if options.start {
             self.set_running(id, "")?;
@@ -164,12 +217,12 @@ impl Shim for FakeShim {
     }
 
     async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
-        self.check("shim.start_task")?;
+        self.pass("shim.start_task").await?;
         self.set_running(id, exec_id)
     }
 
     async fn kill(&self, id: &str, exec_id: &str, signal: u32, _all: bool) -> Result<()> {
-        self.check("shim.kill")?;
+        self.pass("shim.kill").await?;
         {
             let mut tasks = lock(&self.tasks);
             let task = tasks
@@ -188,7 +241,7 @@ impl Shim for FakeShim {
     }
 
     async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit> {
-        self.check("shim.delete")?;
+        self.pass("shim.delete").await?;
         let task = lock(&self.tasks)
             .remove(&Self::key(id, exec_id))
             .ok_or_else(|| Self::not_found(id, exec_id))?;
@@ -303,6 +356,13 @@ impl FakeShims {
         lock(&self.live).get(sandbox_id).cloned()
     }
 
+    /// Every shim dies at once (a reboot), its tasks orphans.
+    pub fn vanish_all(&self) {
+        for id in self.live() {
+            self.crash(&id);
+        }
+    }
+
     /// The pod's shim dies (as if killed): it stops serving and its tasks are orphans.
     pub fn crash(&self, sandbox_id: &str) {
         if let Some(shim) = lock(&self.live).remove(sandbox_id) {
@@ -322,7 +382,7 @@ impl FakeShims {
 #[async_trait]
 impl Shims for FakeShims {
     async fn start(&self, sandbox_id: &str, _log: &Path) -> Result<Arc<dyn Shim>> {
-        self.faults.check("shim.start")?;
+        self.faults.pass("shim.start").await?;
         let shim = Arc::new(FakeShim::new(
             self.faults.clone(),
             sandbox_id,
@@ -385,17 +445,10 @@ pub const POD_IP: &str = "10.88.0.7";
 
 #[async_trait]
 impl PodNetwork for FakeNetwork {
-    async fn setup(
-        &self,
-        sandbox_id: &str,
-        _netns: &Path,
-        _config: &PodSandboxConfig,
-    ) -> Result<CniAttachment> {
-        self.faults.check("cni.add")?;
-        lock(&self.attached).insert(sandbox_id.to_string());
+    fn plan(&self, _sandbox_id: &str, _config: &PodSandboxConfig) -> Result<CniAttachment> {
         Ok(CniAttachment {
             network: serde_json::json!({"name": "fake", "cniVersion": "1.0.0", "plugins": []}),
-            result: serde_json::json!({"ips": [{"address": format!("{POD_IP}/16")}]}),
+            result: serde_json::Value::Null,
             ifname: "eth0".into(),
             args: Vec::new(),
             runtime_config: serde_json::Value::Null,
@@ -403,8 +456,19 @@ impl PodNetwork for FakeNetwork {
         })
     }
 
+    async fn setup(
+        &self,
+        sandbox_id: &str,
+        _netns: &Path,
+        _plan: &CniAttachment,
+    ) -> Result<serde_json::Value> {
+        self.faults.pass("cni.add").await?;
+        lock(&self.attached).insert(sandbox_id.to_string());
+        Ok(serde_json::json!({"ips": [{"address": format!("{POD_IP}/16")}]}))
+    }
+
     async fn teardown(&self, sandbox_id: &str, _netns: &Path, _cni: &CniAttachment) -> Result<()> {
-        self.faults.check("cni.del")?;
+        self.faults.pass("cni.del").await?;
         lock(&self.attached).remove(sandbox_id);
         Ok(())
     }
@@ -523,7 +587,7 @@ impl Images for FakeImages {
         target: &Path,
         _readonly: bool,
     ) -> Result<()> {
-        self.faults.check("rootfs.create")?;
+        self.faults.pass("rootfs.create").await?;
         let etc = target.join("etc");
         std::fs::create_dir_all(&etc).map_err(|e| Error::path("create", &etc, e))?;
         std::fs::write(etc.join("passwd"), "root:x:0:0:root:/root:/bin/sh\n")
@@ -545,11 +609,15 @@ impl Images for FakeImages {
     }
 
     async fn remove_rootfs(&self, owner_id: &str, target: &Path) -> Result<()> {
-        self.faults.check("rootfs.remove")?;
+        self.faults.pass("rootfs.remove").await?;
         if lock(&self.rootfs).remove(owner_id).is_some() {
             std::fs::remove_dir_all(target).map_err(|e| Error::path("remove", target, e))?;
         }
         Ok(())
+    }
+
+    fn rootfs_ids(&self) -> Vec<String> {
+        self.rootfs_owners().into_iter().collect()
     }
 
     async fn add_pinned_local_image(

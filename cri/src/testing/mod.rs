@@ -2,7 +2,11 @@
 //! that builds the daemon core on them and calls it through the CRI service, as a client
 //! would. No root, no shim, no runc, no CNI.
 
+#[cfg(test)]
+mod cancel_tests;
 pub mod fakes;
+#[cfg(test)]
+mod recovery_tests;
 
 use crate::config::Config;
 use crate::daemon::{Daemon, Effects};
@@ -56,7 +60,7 @@ impl Harness {
             .await
             .expect("an empty image store");
         let fakes = (&shims, &network, &host, &images, &process_stats);
-        let rt = Self::daemon(dir.path(), store, fakes);
+        let rt = Self::daemon(dir.path(), store, fakes).await;
         Harness {
             dir,
             faults,
@@ -70,7 +74,7 @@ impl Harness {
         }
     }
 
-    fn daemon(dir: &Path, store: Arc<peapod_image::Store>, fakes: Fakes<'_>) -> Arc<Daemon> {
+    async fn daemon(dir: &Path, store: Arc<peapod_image::Store>, fakes: Fakes<'_>) -> Arc<Daemon> {
         let (shims, network, host, images, process_stats) = fakes;
         let config = Config {
             root: dir.join("root"),
@@ -85,19 +89,19 @@ impl Harness {
             images: images.clone(),
             process_stats: process_stats.clone(),
             runtime_rro: false,
+            nri: crate::nri::Nri::disabled(),
             // The fakes do what a host that can would do.
             user_namespaces: Ok(()),
-            nri: crate::nri::Nri::disabled(),
         };
         let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
-        rt.resume();
+        crate::recovery::recover(&rt).await;
         rt
     }
 
     /// A new daemon over the same directories and the same (still running) fakes, as after
     /// the daemon process was restarted (the image store, which locks its directory, is
     /// handed over).
-    pub fn restart(&mut self) {
+    pub async fn restart(&mut self) {
         let fakes = (
             &self.shims,
             &self.network,
@@ -105,7 +109,7 @@ impl Harness {
             &self.images,
             &self.process_stats,
         );
-        let rt = Self::daemon(self.dir.path(), self.rt.images.clone(), fakes);
+        let rt = Self::daemon(self.dir.path(), self.rt.images.clone(), fakes).await;
         self.cri = CriService::new(rt.clone(), peapod_metrics::Metrics::new().expect("metrics"));
         self.rt = rt;
     }
@@ -125,8 +129,12 @@ impl Harness {
     }
 
     pub async fn run_pod(&self, name: &str) -> Result<String, Status> {
+        self.run_pod_with(self.pod_config(name)).await
+    }
+
+    pub async fn run_pod_with(&self, config: cri::PodSandboxConfig) -> Result<String, Status> {
         let req = cri::RunPodSandboxRequest {
-            config: Some(self.pod_config(name)),
+            config: Some(config),
             runtime_handler: String::new(),
         };
         let resp = self.cri.run_pod_sandbox(Request::new(req)).await?;

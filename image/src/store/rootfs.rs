@@ -203,6 +203,12 @@ impl Store {
         Ok(())
     }
 
+    /// The owners (container ids) that have a root filesystem here, for the daemon's
+    /// start-up sweep of ones no record claims.
+    pub fn rootfs_ids(&self) -> Vec<String> {
+        self.inner().containers.keys().cloned().collect()
+    }
+
     /// Bytes and inodes used by a container's writable layer (None if the
     /// container has no rootfs here). Walks the directory: call it from a
     /// blocking-friendly context for big layers.
