@@ -75,6 +75,8 @@ const SCRIPT: &str = "cat /proc/self/uid_map /proc/self/gid_map; echo ids $(id -
     echo volume $(stat -c '%u:%g' /vol/from-host) $(cat /vol/from-host); \
     echo > /vol/from-pod && echo volume-wrote $(stat -c '%u:%g' /vol/from-pod); \
     echo plain $(stat -c '%u:%g' /plain/from-host); \
+    echo sysctl $(cat /proc/sys/net/ipv4/ip_unprivileged_port_start); \
+    echo addr $(ip -4 -o addr show eth0); \
     echo done; sleep 300 & wait";
 
 /// The uid_map a new container `name` of `pod` sees (its first line, split).
@@ -117,7 +119,13 @@ async fn a_pod_with_its_own_user_namespace() {
             set_userns(
                 c,
                 userns(cri::NamespaceMode::Pod, vec![mapping(0, HOST_ID, LENGTH)]),
-            )
+            );
+            // A net.* sysctl: settable only because the pod's network namespace is owned by
+            // its user namespace (runc writes it as root of the pod).
+            c.linux
+                .get_or_insert_with(Default::default)
+                .sysctls
+                .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
         })
         .await;
     // A volume as the kubelet gives it to such a pod (the pod's mapping on the mount), and the
@@ -169,6 +177,24 @@ async fn a_pod_with_its_own_user_namespace() {
     assert_eq!(text[7], "plain 65534:65534", "{text:?}");
     let written = std::fs::metadata(volume.join("from-pod")).unwrap();
     assert_eq!((written.uid(), written.gid()), (0, 0));
+    // The pod's network: the sysctl took, and CNI gave eth0 the pod's address.
+    assert_eq!(text[8], "sysctl 0", "{text:?}");
+    let ip = d
+        .cri
+        .runtime
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .and_then(|s| s.network)
+        .map(|n| n.ip)
+        .unwrap_or_default();
+    assert!(!ip.is_empty());
+    assert!(text[9].contains(&format!(" {ip}/")), "{ip}: {text:?}");
 
     // Seen from the host: container root is the mapping's host id, and what it wrote is
     // stored with that id in the container's own writable layer (only the shared image layers
