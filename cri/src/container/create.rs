@@ -222,6 +222,7 @@ impl ContainerService {
         if let Some(rootfs) = &made.rootfs {
             self.images.remove_rootfs(id, rootfs).await?;
         }
+        super::idmapped_mounts::release_leftovers(&self.paths.container_state_dir(id))?;
         remove_dir(&self.paths.container_state_dir(id))?;
         remove_dir(&self.paths.container_root_dir(id))
     }
