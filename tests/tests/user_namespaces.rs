@@ -275,6 +275,16 @@ async fn node_mode_keeps_the_hosts_user_namespace() {
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
 
+async fn pods_of(d: &mut TestDaemon) -> Vec<cri::PodSandbox> {
+    d.cri
+        .runtime
+        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items
+}
+
 /// RunPodSandbox refuses `config` with InvalidArgument naming `field`.
 async fn assert_invalid(d: &mut TestDaemon, config: cri::PodSandboxConfig, field: &str) {
     let name = config.metadata.clone().unwrap_or_default().name;
@@ -363,14 +373,7 @@ async fn invalid_user_namespaces_are_refused_naming_the_field() {
         .unwrap()
         .run_as_user = Some(cri::Int64Value { value: 5000 });
     assert_invalid(&mut d, config, "run_as_user").await;
-    let pods = d
-        .cri
-        .runtime
-        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let pods = pods_of(&mut d).await;
     assert!(pods.is_empty(), "{pods:?}");
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
@@ -405,4 +408,58 @@ async fn a_failed_user_namespace_pod_leaves_nothing() {
     assert_eq!(err.code(), tonic::Code::Internal, "{err}");
     assert!(err.message().contains("ip_forward"), "{err}");
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+}
+
+/// RunPodSandbox of a pod with its own user namespace dies at `failpoint` (the daemon exits
+/// there): after the restart the half-made pod is gone with everything it had (the pinned
+/// user and network namespaces, the pause's idmapped root), and the same pod runs.
+async fn userns_pod_killed_at(name: &str, failpoint: &str) {
+    let mut d = TestDaemon::start(name).await;
+    d.failpoints = Some(format!("{failpoint}=exit"));
+    d.restart().await;
+    let mut config = e2e::fixtures::sandbox_config(name, &d.cgroup_parent);
+    set_userns(
+        &mut config,
+        userns(cri::NamespaceMode::Pod, vec![mapping(0, HOST_ID, LENGTH)]),
+    );
+    let request = cri::RunPodSandboxRequest {
+        config: Some(config),
+        runtime_handler: String::new(),
+    };
+    let call = d.cri.runtime.run_pod_sandbox(request.clone()).await;
+    assert!(call.is_err(), "the call died with the daemon: {call:?}");
+    assert!(
+        d.wait_daemon_exit(Duration::from_secs(20)),
+        "the daemon did not exit at {failpoint}:\n{}",
+        d.log()
+    );
+    d.failpoints = None;
+    d.restart().await;
+    let pods = pods_of(&mut d).await;
+    assert!(pods.is_empty(), "the half-made pod is gone: {pods:?}");
+    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+    let id = d
+        .cri
+        .runtime
+        .run_pod_sandbox(request)
+        .await
+        .unwrap_or_else(|e| panic!("the same pod runs: {e}\n{}", d.log()))
+        .into_inner()
+        .pod_sandbox_id;
+    let pod = Pod {
+        id,
+        config: e2e::fixtures::sandbox_config(name, &d.cgroup_parent),
+    };
+    d.remove_pod(&pod).await;
+    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_the_user_and_network_namespaces_are_pinned() {
+    userns_pod_killed_at("uns-kill-netns", "sandbox.run.after-netns").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_the_pause_started_on_its_idmapped_root() {
+    userns_pod_killed_at("uns-kill-pause", "sandbox.run.after-pause-start").await;
 }
