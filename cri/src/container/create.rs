@@ -305,6 +305,7 @@ impl ContainerService {
         for dir in [&bundle, &root_dir] {
             std::fs::create_dir_all(dir).map_err(|e| Error::path("create", dir, e))?;
         }
+        crate::sandbox::spec::give_to_pod_root(&bundle, &srec.config)?;
         crate::images::create_rootfs(
             self.images.as_ref(),
             &image.id,

@@ -98,6 +98,8 @@ impl SandboxService {
             .all()
             .iter()
             .filter_map(|s| s.get().netns)
+            // A pod with its own user namespace has it pinned beside its network namespace.
+            .flat_map(|ns| [crate::network::netns::userns_pin(&ns), ns])
             .collect();
         let known = |id: &str| {
             let owner = id.split("-iv").next().unwrap_or(id);

@@ -214,6 +214,7 @@ impl SandboxService {
         let id = sandbox.id.clone();
         let rec = sandbox.get();
         std::fs::create_dir_all(&rec.dir).map_err(|e| Error::path("create", &rec.dir, e))?;
+        spec::give_to_pod_root(&rec.dir, &rec.config)?;
         // Persisted first, so that a crash half-way leaves a record to clean up from.
         sandbox.create_file()?;
         crate::failpoint::hit("sandbox.run.after-record").await;

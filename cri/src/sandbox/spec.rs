@@ -71,6 +71,19 @@ pub fn pinned_user_namespace(
     }))
 }
 
+/// Gives a directory the runtime must walk from inside the pod's user namespace (the pod's
+/// and each container's: rootfs mount points, /etc/hosts and friends) to the pod's root. The
+/// daemon's umask makes it 0700: owned by host root, the namespace's root could not enter it
+/// (capabilities inside a user namespace cover only inodes whose owner it maps), and opening it
+/// to everyone would undo the 0700. A pod in the host's user namespace changes nothing.
+pub fn give_to_pod_root(dir: &Path, config: &PodSandboxConfig) -> Result<()> {
+    let Some(u) = peapod_spec::pod_user_namespace(config)? else {
+        return Ok(());
+    };
+    std::os::unix::fs::chown(dir, Some(u.uids.host_id), Some(u.gids.host_id))
+        .map_err(|e| Error::path("chown to the pod's user namespace root", dir, e))
+}
+
 /// One id of the pause: the explicit one if mapped (refused naming `field` otherwise), else
 /// `default` if mapped, else root of the pod's user namespace.
 fn pause_id(
