@@ -60,15 +60,6 @@ pub struct PinnedUserns {
     pub root_gid: u32,
 }
 
-/// Lets everyone search (not list) `dir`: mode 0711. The daemon makes its per-object
-/// directories 0700, but in a pod with its own user namespace the runtime mounts the root
-/// filesystem and the binds as root of that namespace, an unprivileged host id to which a
-/// host-root-owned 0700 directory on the way is closed (EACCES).
-pub fn open_for_search(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
-}
-
 /// A child process parked in new namespaces; killed and reaped on drop.
 struct Parked {
     pid: libc::pid_t,

@@ -66,8 +66,9 @@ pub fn release_leftovers(bundle: &Path) -> Result<()> {
 /// under `bundle/idmapped-mounts`, with the mappings cleared (what is left is a plain bind
 /// for the spec). Only the pod's own mapping is supported (what the kubelet sends); mappings
 /// in a pod without a user namespace, or other mappings, are refused naming the field. In a
-/// pod with a user namespace, the bundle and its mount directories are opened for search, as
-/// root of the pod's namespace mounts from them.
+/// pod with a user namespace, the bundle's mount directories are given to the pod's root (as
+/// the bundle is, see `sandbox::spec::give_to_pod_root`): the runtime mounts from them as
+/// that root, which a host-root-owned 0700 directory would shut out.
 pub fn stage(
     config: &mut ContainerConfig,
     bundle: &Path,
@@ -79,12 +80,10 @@ pub fn stage(
         dir: dir.clone(),
         mounts: Vec::new(),
     };
-    if userns.is_some() {
-        for d in [bundle.to_path_buf(), bundle.join("image-volumes")] {
-            if d.exists() {
-                peapod_host::userns::open_for_search(&d)
-                    .map_err(|e| Error::path("chmod", &d, e))?;
-            }
+    if let Some(u) = userns {
+        let image_volumes = bundle.join("image-volumes");
+        if image_volumes.exists() {
+            give_to(&image_volumes, u)?;
         }
     }
     let pod = peapod_spec::pod_user_namespace(sandbox)?;
@@ -109,7 +108,7 @@ pub fn stage(
             .map_err(|e| Error::path(&format!("{field}: host_path"), Path::new(&m.host_path), e))?;
         let target = dir.join(i.to_string());
         make_target(&source, &target)?;
-        peapod_host::userns::open_for_search(&dir).map_err(|e| Error::path("chmod", &dir, e))?;
+        give_to(&dir, userns)?;
         // Recorded before mounting, so that the guard also cleans a half-made one.
         staged.mounts.push(target.clone());
         peapod_host::userns::idmapped_bind(&source, &target, &userns.path, m.readonly)
@@ -119,6 +118,11 @@ pub fn stage(
         m.gid_mappings.clear();
     }
     Ok(staged)
+}
+
+fn give_to(dir: &Path, userns: &PinnedUserns) -> Result<()> {
+    std::os::unix::fs::chown(dir, Some(userns.root_uid), Some(userns.root_gid))
+        .map_err(|e| Error::path("chown to the pod's user namespace root", dir, e))
 }
 
 /// A mount point like the source: a directory, or an empty file for a file.

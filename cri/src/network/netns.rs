@@ -46,17 +46,6 @@ pub fn userns_pin(netns: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// The network namespace a pin under the netns directory belongs to: itself, or for a pod's
-/// user namespace pin ([`userns_pin`]) the network namespace pinned with it. (The orphan
-/// sweep at start keeps a pin whose owner a record claims.)
-pub fn owner_of_pin(pin: &Path) -> PathBuf {
-    let s = pin.as_os_str().to_string_lossy();
-    match s.strip_suffix(".userns") {
-        Some(netns) => PathBuf::from(netns),
-        None => pin.to_path_buf(),
-    }
-}
-
 /// Creates a new user namespace with the pod's mappings and a new network namespace owned by
 /// it, pinned at [`userns_pin`]`(dir/name)` and `dir/name`; returns the network namespace's
 /// path. [`remove`] of that path removes both.
@@ -113,11 +102,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_user_namespace_pin_belongs_to_its_network_namespace() {
+    fn a_user_namespace_is_pinned_beside_its_network_namespace() {
         let netns = Path::new("/run/peapod/netns/abc");
-        let pin = userns_pin(netns);
-        assert_eq!(pin, Path::new("/run/peapod/netns/abc.userns"));
-        assert_eq!(owner_of_pin(&pin), netns);
-        assert_eq!(owner_of_pin(netns), netns);
+        assert_eq!(userns_pin(netns), Path::new("/run/peapod/netns/abc.userns"));
     }
 }

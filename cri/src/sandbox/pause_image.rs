@@ -18,13 +18,6 @@ pub struct PauseImage {
     pub mounted: bool,
 }
 
-/// Opens the sandbox directory holding the pause's root filesystem `target` for search, as
-/// root of the pod's user namespace must reach it (see `peapod_host::userns::open_for_search`).
-fn search_to(target: &Path) -> Result<()> {
-    let dir = target.parent().unwrap_or(target);
-    peapod_host::userns::open_for_search(dir).map_err(|e| Error::path("chmod", dir, e))
-}
-
 impl SandboxService {
     /// The configured sandbox image when the store has a real one (its rootfs mounted
     /// read-only at `target`); otherwise the built-in pause, registered in the store under
@@ -50,7 +43,6 @@ impl SandboxService {
                 });
             };
             std::fs::create_dir_all(target).map_err(|e| Error::path("create", target, e))?;
-            search_to(target)?;
             // Read-only: the mount points are there (crate::pause), and a removal that went
             // through this bind could not touch the root every pod shares.
             let source = &self.settings.pause_rootfs;
@@ -69,9 +61,6 @@ impl SandboxService {
         match self.images.resolve(name) {
             Some(img) if img.config.labels.contains_key(BUILTIN_LABEL) => builtin(),
             Some(img) => {
-                if userns.is_some() {
-                    search_to(target)?;
-                }
                 crate::images::create_rootfs(
                     self.images.as_ref(),
                     &img.id,

@@ -114,7 +114,7 @@ impl SandboxService {
             Err(e) => tracing::warn!(orphan = %what, error = %e, "removing an orphan"),
         };
         for path in entries(&self.paths.netns_dir()) {
-            if !netns_in_use.contains(&crate::network::netns::owner_of_pin(&path)) {
+            if !netns_in_use.contains(&path) {
                 note(
                     format!("netns {}", path.display()),
                     self.host.unpin_netns(&path),
