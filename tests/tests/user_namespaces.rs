@@ -77,6 +77,7 @@ const SCRIPT: &str = "cat /proc/self/uid_map /proc/self/gid_map; echo ids $(id -
     echo plain $(stat -c '%u:%g' /plain/from-host); \
     echo sysctl $(cat /proc/sys/net/ipv4/ip_unprivileged_port_start); \
     echo addr $(ip -4 -o addr show eth0); \
+    echo image-volume $(stat -c '%u:%g' /img/bin/busybox); \
     echo done; sleep 300 & wait";
 
 /// The uid_map a new container `name` of `pod` sees (its first line, split).
@@ -149,6 +150,18 @@ async fn a_pod_with_its_own_user_namespace() {
             readonly: true,
             ..Default::default()
         },
+        // An image volume: its layers idmapped like the container's root.
+        cri::Mount {
+            container_path: "/img".into(),
+            image: Some(cri::ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            readonly: true,
+            uid_mappings: vec![mapping(0, HOST_ID, LENGTH)],
+            gid_mappings: vec![mapping(0, HOST_ID, LENGTH)],
+            ..Default::default()
+        },
     ];
     let id = d.run_container(&pod, config).await;
     // The staged idmapped bind is the container's own now: nothing of it stays on the host.
@@ -195,6 +208,7 @@ async fn a_pod_with_its_own_user_namespace() {
         .unwrap_or_default();
     assert!(!ip.is_empty());
     assert!(text[9].contains(&format!(" {ip}/")), "{ip}: {text:?}");
+    assert_eq!(text[10], "image-volume 0:0", "{text:?}");
 
     // Seen from the host: container root is the mapping's host id, and what it wrote is
     // stored with that id in the container's own writable layer (only the shared image layers

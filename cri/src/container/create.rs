@@ -318,7 +318,13 @@ impl ContainerService {
         made.rootfs = Some(rootfs.clone());
         crate::failpoint::hit("container.create.after-rootfs").await;
         let mut spec_config = self
-            .prepare_image_volumes(id, &bundle, &mut config, &mut made.image_volumes)
+            .prepare_image_volumes(
+                id,
+                &bundle,
+                &mut config,
+                &mut made.image_volumes,
+                userns.as_ref(),
+            )
             .await?;
         let volumes = made.image_volumes.clone();
         entry.update(|r| r.image_volumes = volumes)?;
