@@ -75,6 +75,9 @@ const SCRIPT: &str = "cat /proc/self/uid_map /proc/self/gid_map; echo ids $(id -
     echo volume $(stat -c '%u:%g' /vol/from-host) $(cat /vol/from-host); \
     echo > /vol/from-pod && echo volume-wrote $(stat -c '%u:%g' /vol/from-pod); \
     echo plain $(stat -c '%u:%g' /plain/from-host); \
+    echo sysctl $(cat /proc/sys/net/ipv4/ip_unprivileged_port_start); \
+    echo addr $(ip -4 -o addr show eth0); \
+    echo image-volume $(stat -c '%u:%g' /img/bin/busybox); \
     echo done; sleep 300 & wait";
 
 /// The uid_map a new container `name` of `pod` sees (its first line, split).
@@ -117,7 +120,13 @@ async fn a_pod_with_its_own_user_namespace() {
             set_userns(
                 c,
                 userns(cri::NamespaceMode::Pod, vec![mapping(0, HOST_ID, LENGTH)]),
-            )
+            );
+            // A net.* sysctl: settable only because the pod's network namespace is owned by
+            // its user namespace (runc writes it as root of the pod).
+            c.linux
+                .get_or_insert_with(Default::default)
+                .sysctls
+                .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
         })
         .await;
     // A volume as the kubelet gives it to such a pod (the pod's mapping on the mount), and the
@@ -139,6 +148,18 @@ async fn a_pod_with_its_own_user_namespace() {
             container_path: "/plain".into(),
             host_path: volume.display().to_string(),
             readonly: true,
+            ..Default::default()
+        },
+        // An image volume: its layers idmapped like the container's root.
+        cri::Mount {
+            container_path: "/img".into(),
+            image: Some(cri::ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            readonly: true,
+            uid_mappings: vec![mapping(0, HOST_ID, LENGTH)],
+            gid_mappings: vec![mapping(0, HOST_ID, LENGTH)],
             ..Default::default()
         },
     ];
@@ -169,6 +190,25 @@ async fn a_pod_with_its_own_user_namespace() {
     assert_eq!(text[7], "plain 65534:65534", "{text:?}");
     let written = std::fs::metadata(volume.join("from-pod")).unwrap();
     assert_eq!((written.uid(), written.gid()), (0, 0));
+    // The pod's network: the sysctl took, and CNI gave eth0 the pod's address.
+    assert_eq!(text[8], "sysctl 0", "{text:?}");
+    let ip = d
+        .cri
+        .runtime
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .and_then(|s| s.network)
+        .map(|n| n.ip)
+        .unwrap_or_default();
+    assert!(!ip.is_empty());
+    assert!(text[9].contains(&format!(" {ip}/")), "{ip}: {text:?}");
+    assert_eq!(text[10], "image-volume 0:0", "{text:?}");
 
     // Seen from the host: container root is the mapping's host id, and what it wrote is
     // stored with that id in the container's own writable layer (only the shared image layers
@@ -247,6 +287,16 @@ async fn node_mode_keeps_the_hosts_user_namespace() {
     assert_eq!(uid_map_in(&mut d, &pod, &image, "node").await, words(&host));
     d.remove_pod(&pod).await;
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+}
+
+async fn pods_of(d: &mut TestDaemon) -> Vec<cri::PodSandbox> {
+    d.cri
+        .runtime
+        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items
 }
 
 /// RunPodSandbox refuses `config` with InvalidArgument naming `field`.
@@ -337,14 +387,7 @@ async fn invalid_user_namespaces_are_refused_naming_the_field() {
         .unwrap()
         .run_as_user = Some(cri::Int64Value { value: 5000 });
     assert_invalid(&mut d, config, "run_as_user").await;
-    let pods = d
-        .cri
-        .runtime
-        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let pods = pods_of(&mut d).await;
     assert!(pods.is_empty(), "{pods:?}");
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
 }
@@ -379,4 +422,58 @@ async fn a_failed_user_namespace_pod_leaves_nothing() {
     assert_eq!(err.code(), tonic::Code::Internal, "{err}");
     assert!(err.message().contains("ip_forward"), "{err}");
     assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+}
+
+/// RunPodSandbox of a pod with its own user namespace dies at `failpoint` (the daemon exits
+/// there): after the restart the half-made pod is gone with everything it had (the pinned
+/// user and network namespaces, the pause's idmapped root), and the same pod runs.
+async fn userns_pod_killed_at(name: &str, failpoint: &str) {
+    let mut d = TestDaemon::start(name).await;
+    d.failpoints = Some(format!("{failpoint}=exit"));
+    d.restart().await;
+    let mut config = e2e::fixtures::sandbox_config(name, &d.cgroup_parent);
+    set_userns(
+        &mut config,
+        userns(cri::NamespaceMode::Pod, vec![mapping(0, HOST_ID, LENGTH)]),
+    );
+    let request = cri::RunPodSandboxRequest {
+        config: Some(config),
+        runtime_handler: String::new(),
+    };
+    let call = d.cri.runtime.run_pod_sandbox(request.clone()).await;
+    assert!(call.is_err(), "the call died with the daemon: {call:?}");
+    assert!(
+        d.wait_daemon_exit(Duration::from_secs(20)),
+        "the daemon did not exit at {failpoint}:\n{}",
+        d.log()
+    );
+    d.failpoints = None;
+    d.restart().await;
+    let pods = pods_of(&mut d).await;
+    assert!(pods.is_empty(), "the half-made pod is gone: {pods:?}");
+    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+    let id = d
+        .cri
+        .runtime
+        .run_pod_sandbox(request)
+        .await
+        .unwrap_or_else(|e| panic!("the same pod runs: {e}\n{}", d.log()))
+        .into_inner()
+        .pod_sandbox_id;
+    let pod = Pod {
+        id,
+        config: e2e::fixtures::sandbox_config(name, &d.cgroup_parent),
+    };
+    d.remove_pod(&pod).await;
+    assert!(d.leftovers().is_empty(), "{:#?}", d.leftovers());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_the_user_and_network_namespaces_are_pinned() {
+    userns_pod_killed_at("uns-kill-netns", "sandbox.run.after-netns").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_the_pause_started_on_its_idmapped_root() {
+    userns_pod_killed_at("uns-kill-pause", "sandbox.run.after-pause-start").await;
 }

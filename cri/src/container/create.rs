@@ -222,6 +222,7 @@ impl ContainerService {
         if let Some(rootfs) = &made.rootfs {
             self.images.remove_rootfs(id, rootfs).await?;
         }
+        super::idmapped_mounts::release_leftovers(&self.paths.container_state_dir(id))?;
         remove_dir(&self.paths.container_state_dir(id))?;
         remove_dir(&self.paths.container_root_dir(id))
     }
@@ -317,18 +318,21 @@ impl ContainerService {
         made.rootfs = Some(rootfs.clone());
         crate::failpoint::hit("container.create.after-rootfs").await;
         let mut spec_config = self
-            .prepare_image_volumes(id, &bundle, &mut config, &mut made.image_volumes)
+            .prepare_image_volumes(
+                id,
+                &bundle,
+                &mut config,
+                &mut made.image_volumes,
+                userns.as_ref(),
+            )
             .await?;
         let volumes = made.image_volumes.clone();
         entry.update(|r| r.image_volumes = volumes)?;
         // Volumes with the pod's id mapping: staged idmapped binds, detached when this drops
         // (after the runtime's create, which gives the container its own copies).
-        let _idmapped = super::idmapped_mounts::stage(
-            &mut spec_config,
-            &bundle.join("idmapped-mounts"),
-            &srec.config,
-            userns.as_ref(),
-        )?;
+        let _idmapped = crate::host_ops::off_runtime(|| {
+            super::idmapped_mounts::stage(&mut spec_config, &bundle, &srec.config, userns.as_ref())
+        })?;
 
         let (passwd, group) = crate::host_ops::read_image_accounts(&rootfs).await?;
         let user = peapod_spec::resolve_user(&user_req, passwd.as_deref(), group.as_deref())

@@ -79,13 +79,17 @@ impl ContainerService {
     /// Mounts the image volumes of `config` under `bundle`, records them in `made` as they are
     /// made (so that the failure path releases them), fills each mount's `image.image_ref`
     /// (ContainerStatus reports it), and returns the config the spec is generated from, where
-    /// each image volume is a read-only bind of its directory.
+    /// each image volume is a read-only bind of its directory. In a pod with its own user
+    /// namespace (`userns`) the image's layers are idmapped like the container's own root,
+    /// which is what the pod's mapping the kubelet puts on the mount asks for: the mapping is
+    /// then done and cleared from the spec's copy.
     pub(super) async fn prepare_image_volumes(
         &self,
         id: &str,
         bundle: &Path,
         config: &mut ContainerConfig,
         made: &mut Vec<ImageVolume>,
+        userns: Option<&peapod_host::userns::PinnedUserns>,
     ) -> Result<ContainerConfig> {
         let mut for_spec = config.clone();
         for (i, m) in config.mounts.iter_mut().enumerate() {
@@ -101,9 +105,15 @@ impl ContainerService {
             let rootfs_id = format!("{id}-iv{i}");
             let target = bundle.join("image-volumes").join(i.to_string());
             std::fs::create_dir_all(&target).map_err(|e| Error::path("create", &target, e))?;
-            self.images
-                .create_rootfs(&image.id, &rootfs_id, &target, true)
-                .await?;
+            crate::images::create_rootfs(
+                self.images.as_ref(),
+                &image.id,
+                &rootfs_id,
+                &target,
+                true,
+                userns,
+            )
+            .await?;
             made.push(ImageVolume {
                 rootfs_id,
                 target: target.clone(),
@@ -116,6 +126,10 @@ impl ContainerService {
             out.image = None;
             out.image_sub_path.clear();
             out.readonly = true;
+            if userns.is_some() {
+                out.uid_mappings.clear();
+                out.gid_mappings.clear();
+            }
         }
         Ok(for_spec)
     }

@@ -58,6 +58,9 @@ impl ContainerService {
     pub(super) async fn release_files(&self, rec: &ContainerRecord) -> Result<()> {
         self.release_image_volumes(&rec.image_volumes).await?;
         self.images.remove_rootfs(&rec.id, &rec.rootfs).await?;
+        // A crash between staging a volume's idmapped bind and the runtime's create left it
+        // mounted in the bundle: detached first, or the removal below would reach into it.
+        super::idmapped_mounts::release_leftovers(&self.paths.container_state_dir(&rec.id))?;
         for dir in [
             self.paths.container_state_dir(&rec.id),
             self.paths.container_root_dir(&rec.id),

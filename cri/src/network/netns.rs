@@ -99,3 +99,14 @@ pub fn run_in<T: Send + 'static>(
         .map_err(|e| Error::io("in the pod network namespace", e))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_namespace_is_pinned_beside_its_network_namespace() {
+        let netns = Path::new("/run/peapod/netns/abc");
+        assert_eq!(userns_pin(netns), Path::new("/run/peapod/netns/abc.userns"));
+    }
+}

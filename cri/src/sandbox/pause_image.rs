@@ -43,13 +43,12 @@ impl SandboxService {
                 });
             };
             std::fs::create_dir_all(target).map_err(|e| Error::path("create", target, e))?;
-            // Read-write: runc makes the mount points, then the root read-only (root.readonly).
-            peapod_host::userns::idmapped_bind(
-                &self.settings.pause_rootfs,
-                target,
-                &ns.path,
-                false,
-            )
+            // Read-only: the mount points are there (crate::pause), and a removal that went
+            // through this bind could not touch the root every pod shares.
+            let source = &self.settings.pause_rootfs;
+            crate::host_ops::off_runtime(|| {
+                peapod_host::userns::idmapped_bind(source, target, &ns.path, true)
+            })
             .map_err(|e| Error::path("idmapped mount of the pause rootfs at", target, e))?;
             Ok(PauseImage {
                 rootfs: target.to_path_buf(),

@@ -294,6 +294,12 @@ impl SandboxService {
             self.host.mount_shm(shm)?;
         }
         let userns = spec::pinned_user_namespace(&rec.config, rec.netns.as_deref())?;
+        if userns.is_some() {
+            // Intent before side effect: the pause's idmapped root is mounted in the sandbox
+            // directory, so a crash must leave a record that unmounts it before the directory
+            // goes (removing a target with nothing mounted is fine).
+            sandbox.update(|r| r.rootfs_mounted = true)?;
+        }
         let pause = self
             .pause_image(id, &rec.dir.join("rootfs"), userns.as_ref())
             .await?;
