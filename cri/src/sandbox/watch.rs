@@ -6,51 +6,64 @@
 //!   daemon kills and deletes them (and the pause) through the OCI runtime itself, reports
 //!   them exited (the exit the shim recorded, else 137 with reason `ShimDied`), drops the
 //!   connection and marks the pod not ready. Stop and Remove then find nothing running.
-//! - After a daemon restart every pod is followed again; a pod whose shim cannot be reached
-//!   at all (it died while the daemon was down, or the machine rebooted) is settled the same
-//!   way at once.
+//! - After a daemon restart every pod whose shim answers is followed again; one whose shim
+//!   cannot be reached (it died while the daemon was down, or the machine rebooted) was
+//!   settled the same way by `crate::recovery` before the daemon served.
 
 use super::SandboxService;
+use crate::shim::Shim;
 use crate::store::sandbox::{Sandbox, SandboxState};
 use peapod_proto::v1::ContainerEventType;
 use std::sync::Arc;
 
 impl SandboxService {
-    /// After a restart: follow every pod that finished being made (one left `Creating` by a
-    /// crash is recovery's).
+    /// After a restart and recovery: follow every pod that finished being made. Recovery
+    /// already settled each pod whose shim could not be reached, so such a pod is left alone
+    /// here rather than reaped through the OCI runtime a second time.
     pub fn resume(self: &Arc<Self>) {
         for sb in self.sandboxes.all() {
-            if sb.get().state != SandboxState::Creating {
-                self.watch(sb);
+            if sb.get().state == SandboxState::Creating {
+                continue;
             }
+            let rt = self.clone();
+            tokio::spawn(async move {
+                if let Ok(shim) = rt.shims.get(&sb.id).await {
+                    rt.follow(sb, shim).await;
+                }
+            });
         }
     }
 
-    /// Follows the pod's pause container and its shim, for as long as the shim lives.
+    /// Follows a pod that RunPodSandbox just made, for as long as its shim lives.
     pub(super) fn watch(self: &Arc<Self>, sandbox: Arc<Sandbox>) {
         let rt = self.clone();
         tokio::spawn(async move {
-            let shim = match rt.shims.get(&sandbox.id).await {
-                Ok(shim) => shim,
+            match rt.shims.get(&sandbox.id).await {
+                Ok(shim) => rt.follow(sandbox, shim).await,
                 Err(e) => {
                     let why = format!("the pod's shim cannot be reached: {e}");
-                    return rt.shim_lost(&sandbox, &why).await;
+                    rt.shim_lost(&sandbox, &why).await;
                 }
-            };
-            let pause = async {
-                if shim.wait(&sandbox.id, "").await.is_ok() {
-                    rt.pause_exited(&sandbox);
-                }
-                // A failed wait is the shim going away: `gone` says so.
-                std::future::pending::<()>().await
-            };
-            tokio::select! {
-                _ = pause => {}
-                _ = shim.gone() => {}
             }
-            drop(shim);
-            rt.shim_lost(&sandbox, "the pod's shim exited").await;
         });
+    }
+
+    /// The pod's pause container and its shim: the pause's exit makes the pod not ready, the
+    /// shim's end settles it as a dead shim.
+    async fn follow(&self, sandbox: Arc<Sandbox>, shim: Arc<dyn Shim>) {
+        let pause = async {
+            if shim.wait(&sandbox.id, "").await.is_ok() {
+                self.pause_exited(&sandbox);
+            }
+            // A failed wait is the shim going away: `gone` says so.
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            _ = pause => {}
+            _ = shim.gone() => {}
+        }
+        drop(shim);
+        self.shim_lost(&sandbox, "the pod's shim exited").await;
     }
 
     fn pause_exited(&self, sandbox: &Sandbox) {
