@@ -57,20 +57,17 @@ impl SandboxService {
         if let Some(shm) = &rec.shm {
             self.host.unmount(shm)?;
         }
-        if let Some(shim) = self.live_shim(sandbox).await {
+        let shim = self.live_shim(sandbox).await;
+        if let Some(shim) = &shim {
             shim.delete(&sandbox.id, "").await.optional()?;
             shim.shutdown_and_wait().await?;
             crate::failpoint::hit("sandbox.remove.after-shim-shutdown").await;
-            if rec.state == SandboxState::Creating {
-                // Half-made by a crash: the pause's runtime create may have been under way
-                // when the shim lost its caller, and the shim knew nothing of it.
-                self.shims
-                    .reap_orphans(std::slice::from_ref(&sandbox.id))
-                    .await?;
-            }
-        } else {
-            // No shim (it died, or never started): the OCI runtime's state of the pause and
-            // the shim's socket would outlive it.
+        }
+        // Without a shim (it died, or never started), and for a sandbox a crash left half-made
+        // (the pause's runtime create may have been under way when the shim lost its caller,
+        // unknown to the shim), the OCI runtime's state of the pause and the shim's socket
+        // would outlive it.
+        if shim.is_none() || rec.state == SandboxState::Creating {
             self.shims
                 .reap_orphans(std::slice::from_ref(&sandbox.id))
                 .await?;
