@@ -7,38 +7,89 @@ use crate::store::container::{Container, ContainerState};
 use peapod_shim::protocol::ExitRecord;
 use std::sync::Arc;
 
+/// How a container ended, as its record will say.
+struct Ending {
+    code: i32,
+    at_ns: i64,
+    reason: String,
+    /// Replaces the record's message when set.
+    message: Option<String>,
+}
+
+impl Ending {
+    /// The exit the shim recorded durably.
+    fn recorded(exit: &ExitRecord) -> Ending {
+        Ending {
+            code: exit.exit_code,
+            at_ns: exit.exited_at_ns,
+            reason: exit_reason(exit.exit_code, exit.oom_killed).to_string(),
+            message: None,
+        }
+    }
+}
+
 impl ContainerService {
-    /// Records an exit (once: later calls for the same exit change nothing).
+    /// Moves the container to EXITED once, if `from` holds for its state (checked under the
+    /// record's lock), then tells NRI plugins and event watchers: the one way every exit is
+    /// recorded, whoever saw it.
+    fn finish(&self, c: &Container, from: impl FnOnce(ContainerState) -> bool, end: Ending) {
+        let result = c.update_if(
+            |r| from(r.state),
+            |r| {
+                r.state = ContainerState::Exited;
+                r.exit_code = end.code;
+                r.finished_at_ns = end.at_ns;
+                r.reason = end.reason.clone();
+                if let Some(message) = &end.message {
+                    r.message = message.clone();
+                }
+            },
+        );
+        match result {
+            Ok(false) => {}
+            Ok(true) => {
+                tracing::info!(container = %c.id, code = end.code, reason = %end.reason, "container exited");
+                self.nri.container_exited(&c.id, end.code, end.at_ns);
+                self.events.emit(
+                    &c.id,
+                    &c.get().sandbox_id,
+                    peapod_proto::v1::ContainerEventType::ContainerStoppedEvent,
+                );
+            }
+            Err(e) => tracing::error!(container = %c.id, error = %e, "persisting an exit"),
+        }
+    }
+
+    /// The container's state is not known any more (its shim is gone and nothing killed it).
+    fn mark_unknown(&self, c: &Container, message: String) {
+        let result = c.update_if(
+            |r| r.state != ContainerState::Exited,
+            |r| {
+                r.state = ContainerState::Unknown;
+                r.message = message;
+            },
+        );
+        if let Err(e) = result {
+            tracing::error!(container = %c.id, error = %e, "persisting an unknown state");
+        }
+    }
+
+    /// Records the exit of a running container (once: later calls for the same exit change
+    /// nothing); the shim's durable record, if there is one, adds the OOM kill and the time.
     pub(super) fn record_exit(&self, c: &Container, code: i32, at_ns: i64) {
         let rec = c.get();
         if rec.state != ContainerState::Running {
             return;
         }
         let durable = ExitRecord::read(&rec.exit_file).ok().flatten();
-        let oom = durable.is_some_and(|d| d.oom_killed);
-        let finished = durable.map_or(at_ns, |d| d.exited_at_ns);
-        let result = c.update_if(
-            |r| r.state == ContainerState::Running,
-            |r| {
-                r.state = ContainerState::Exited;
-                r.exit_code = code;
-                r.finished_at_ns = finished;
-                r.reason = exit_reason(code, oom).to_string();
-            },
-        );
-        match result {
-            Ok(false) => {}
-            Ok(true) => {
-                tracing::info!(container = %c.id, code, oom, "container exited");
-                self.nri.container_exited(&c.id, code, finished);
-                self.events.emit(
-                    &c.id,
-                    &rec.sandbox_id,
-                    peapod_proto::v1::ContainerEventType::ContainerStoppedEvent,
-                );
-            }
-            Err(e) => tracing::error!(container = %c.id, error = %e, "persisting an exit"),
-        }
+        let oom = durable.as_ref().is_some_and(|d| d.oom_killed);
+        let end = Ending {
+            code,
+            at_ns: durable.map_or(at_ns, |d| d.exited_at_ns),
+            reason: exit_reason(code, oom).to_string(),
+            message: None,
+        };
+        self.finish(c, |s| s == ContainerState::Running, end);
     }
 
     /// Waits (in the background) for a running container to exit and records it.
@@ -67,13 +118,7 @@ impl ContainerService {
             Some(exit) => self.record_exit(c, exit.exit_code, exit.exited_at_ns),
             None => {
                 tracing::warn!(container = %c.id, why, "lost track of a running container");
-                let message = format!("the shim is gone: {why}");
-                if let Err(e) = c.update(|r| {
-                    r.state = ContainerState::Unknown;
-                    r.message = message;
-                }) {
-                    tracing::error!(container = %c.id, error = %e, "persisting an unknown state");
-                }
+                self.mark_unknown(c, format!("the shim is gone: {why}"));
             }
         }
     }
@@ -84,50 +129,29 @@ impl ContainerService {
     /// `ShimDied`. If the reaping failed they stay unknown, and Stop/Remove try again.
     pub(crate) fn settle_dead_shim(&self, sandbox_id: &str, why: &str, reaped: bool) {
         for c in self.containers.of_sandbox(sandbox_id) {
-            self.settle_one(&c, sandbox_id, why, reaped);
+            self.settle_one(&c, why, reaped);
         }
     }
 
-    pub(super) fn settle_one(&self, c: &Container, sandbox_id: &str, why: &str, reaped: bool) {
+    /// One container of [`Self::settle_dead_shim`].
+    pub(super) fn settle_one(&self, c: &Container, why: &str, reaped: bool) {
         let rec = c.get();
         if rec.state == ContainerState::Exited {
             return;
         }
-        let durable = ExitRecord::read(&rec.exit_file).ok().flatten();
-        let now = peapod_shim::timefmt::now_ns();
-        let result = c.update_if(
-            |r| r.state != ContainerState::Exited,
-            |r| match (&durable, reaped) {
-                (Some(exit), _) => {
-                    r.state = ContainerState::Exited;
-                    r.exit_code = exit.exit_code;
-                    r.finished_at_ns = exit.exited_at_ns;
-                    r.reason = exit_reason(exit.exit_code, exit.oom_killed).to_string();
-                }
-                (None, true) => {
-                    r.state = ContainerState::Exited;
-                    r.exit_code = 128 + libc::SIGKILL;
-                    r.finished_at_ns = now;
-                    r.reason = "ShimDied".into();
-                    r.message = format!("{why}; the container was killed");
-                }
-                (None, false) => {
-                    r.state = ContainerState::Unknown;
-                    r.message = format!("{why}; killing the container failed");
-                }
-            },
-        );
-        match result {
-            Ok(true) if c.get().state == ContainerState::Exited => {
-                tracing::info!(container = %c.id, "container settled after its shim died");
-                self.events.emit(
-                    &c.id,
-                    sandbox_id,
-                    peapod_proto::v1::ContainerEventType::ContainerStoppedEvent,
-                );
+        let not_exited = |s| s != ContainerState::Exited;
+        match (ExitRecord::read(&rec.exit_file).ok().flatten(), reaped) {
+            (Some(exit), _) => self.finish(c, not_exited, Ending::recorded(&exit)),
+            (None, true) => {
+                let end = Ending {
+                    code: 128 + libc::SIGKILL,
+                    at_ns: peapod_shim::timefmt::now_ns(),
+                    reason: "ShimDied".into(),
+                    message: Some(format!("{why}; the container was killed")),
+                };
+                self.finish(c, not_exited, end);
             }
-            Ok(_) => {}
-            Err(e) => tracing::error!(container = %c.id, error = %e, "persisting an exit"),
+            (None, false) => self.mark_unknown(c, format!("{why}; killing the container failed")),
         }
     }
 
@@ -139,7 +163,7 @@ impl ContainerService {
             .reap_orphans(std::slice::from_ref(&rec.id))
             .await?;
         if rec.state != ContainerState::Exited {
-            self.settle_one(c, &rec.sandbox_id, "the pod's shim is gone", true);
+            self.settle_one(c, "the pod's shim is gone", true);
         }
         Ok(())
     }

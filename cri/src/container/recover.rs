@@ -33,8 +33,7 @@ impl ContainerService {
                         tracing::error!(container = %c.id, error = %e, "rolling back a half-made container; it stays for RemoveContainer");
                         let why =
                             format!("half-made before a restart, then its cleanup failed: {e}");
-                        let sandbox_id = c.get().sandbox_id;
-                        self.settle_one(&c, &sandbox_id, &why, true);
+                        self.settle_one(&c, &why, true);
                     }
                 },
                 ContainerState::Created | ContainerState::Running => {
@@ -88,12 +87,7 @@ impl ContainerService {
             Ok(Some(s)) => s,
             Ok(None) => {
                 // The shim lives but lost the task (it was never made): exited.
-                self.settle_one(
-                    c,
-                    &rec.sandbox_id,
-                    "its task is gone from the pod's shim",
-                    true,
-                );
+                self.settle_one(c, "its task is gone from the pod's shim", true);
                 return Reconciled::Lost;
             }
             Err(e) => {
