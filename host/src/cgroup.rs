@@ -137,6 +137,90 @@ pub fn controller_dir(root: &Path, cg: &ProcCgroups, controller: &str) -> Option
     }
 }
 
+/// The directory of every mounted hierarchy under `root`: the root itself on a unified host,
+/// else each v1 controller mount (a co-mount and the links to it once) and a hybrid host's
+/// `unified`. A directory counts when it has `cgroup.procs`.
+pub fn hierarchy_dirs(root: &Path) -> Vec<PathBuf> {
+    if is_unified(root) {
+        return vec![root.to_path_buf()];
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return out;
+    };
+    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    dirs.sort();
+    for dir in dirs {
+        if !dir.join("cgroup.procs").exists() {
+            continue;
+        }
+        let real = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+        if seen.insert(real) {
+            out.push(dir);
+        }
+    }
+    out
+}
+
+/// How long [`remove`] waits for the processes it killed to leave a cgroup.
+const EMPTY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Removes cgroup `path` (and any cgroup below it) from every hierarchy under `root`, killing
+/// what still runs in it first. A path no hierarchy has is success. This is what a runtime
+/// `delete` does, for a container the runtime never finished making: a `create` killed half-way
+/// has made its cgroups but not yet the state that would let `delete` find them.
+pub fn remove(root: &Path, path: &str) -> std::io::Result<()> {
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty() || rel.split('/').any(|c| c == ".." || c == ".") {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a cgroup below the root: {path:?}"),
+        ));
+    }
+    for hierarchy in hierarchy_dirs(root) {
+        remove_tree(&hierarchy.join(rel))?;
+    }
+    Ok(())
+}
+
+/// Depth first: a cgroup directory can only go once its children have.
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in entries.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&e.path())?;
+        }
+    }
+    let deadline = std::time::Instant::now() + EMPTY_WITHIN;
+    loop {
+        kill_members(dir);
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            // EBUSY: a member has not finished exiting yet.
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn kill_members(dir: &Path) {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        if pid > 0 {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,6 +276,41 @@ mod tests {
             Some((Hierarchy::Unified, "/kubepods.slice/cri-abc.scope"))
         );
         assert_eq!(ProcCgroups::parse(V1).controller("io"), None);
+    }
+
+    #[test]
+    fn hierarchies_of_each_layout() {
+        let unified = tempfile::tempdir().unwrap();
+        touch(unified.path(), "cgroup.controllers");
+        touch(unified.path(), "cgroup.procs");
+        assert_eq!(
+            hierarchy_dirs(unified.path()),
+            vec![unified.path().to_path_buf()]
+        );
+
+        let hybrid = tempfile::tempdir().unwrap();
+        touch(hybrid.path(), "unified/cgroup.procs");
+        touch(hybrid.path(), "memory/cgroup.procs");
+        touch(hybrid.path(), "cpu,cpuacct/cgroup.procs");
+        std::os::unix::fs::symlink("cpu,cpuacct", hybrid.path().join("cpu")).unwrap();
+        std::fs::create_dir(hybrid.path().join("not-a-hierarchy")).unwrap();
+        let names: Vec<_> = hierarchy_dirs(hybrid.path())
+            .iter()
+            .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        // The link to the co-mount is the same hierarchy: once.
+        assert_eq!(names, ["cpu", "memory", "unified"]);
+    }
+
+    #[test]
+    fn remove_refuses_paths_that_leave_the_hierarchy() {
+        let root = tempfile::tempdir().unwrap();
+        for bad in ["", "/", "/a/../../etc", "./x"] {
+            assert!(remove(root.path(), bad).is_err(), "{bad:?}");
+        }
+        // A path no hierarchy has is removed already.
+        touch(root.path(), "memory/cgroup.procs");
+        assert!(remove(root.path(), "/peapod/gone").is_ok());
     }
 
     #[test]

@@ -16,8 +16,10 @@ pub enum ErrorKind {
     PermissionDenied,
     /// gRPC AlreadyExists.
     AlreadyExists,
-    /// gRPC Unavailable: the registry could not be reached.
+    /// gRPC Unavailable: the registry could not be reached, or kept refusing (5xx, 429).
     Unavailable,
+    /// gRPC ResourceExhausted: the disk is full (the message names what was being written).
+    ResourceExhausted,
     /// gRPC Internal / Unknown: everything else (I/O, corrupt content, protocol errors).
     Internal,
 }
@@ -44,6 +46,13 @@ pub enum Error {
 
     #[error("registry request {url} failed: {message}")]
     Registry { url: String, message: String },
+
+    #[error("registry request {url} kept failing ({message}) after {tries} tries")]
+    RegistryBusy {
+        url: String,
+        message: String,
+        tries: u32,
+    },
 
     #[error("pull of {reference} did not finish within {limit:?} (registry.pull_timeout_seconds)")]
     PullTimeout {
@@ -100,7 +109,17 @@ impl Error {
             Error::AlreadyExists(_) => ErrorKind::AlreadyExists,
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
             Error::PermissionDenied { .. } => ErrorKind::PermissionDenied,
-            Error::Http { .. } | Error::PullTimeout { .. } => ErrorKind::Unavailable,
+            Error::Http { .. } | Error::PullTimeout { .. } | Error::RegistryBusy { .. } => {
+                ErrorKind::Unavailable
+            }
+            Error::Io { source, .. }
+                if matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOSPC) | Some(libc::EDQUOT)
+                ) || source.kind() == io::ErrorKind::StorageFull =>
+            {
+                ErrorKind::ResourceExhausted
+            }
             Error::Registry { .. }
             | Error::DigestMismatch { .. }
             | Error::InvalidImage(_)

@@ -57,6 +57,7 @@ mod mount;
 pub mod progress;
 mod reference;
 mod registry;
+mod retry;
 mod store;
 mod sys;
 pub mod tarball;
@@ -65,6 +66,16 @@ mod user;
 
 #[cfg(feature = "testsupport")]
 pub mod testsupport;
+
+/// Private parsers, reached by the fuzz targets only (`fuzzing` feature; fuzz/ is outside
+/// the workspace, so no build users run has it).
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    /// A registry's `WWW-Authenticate` header: the scheme and its parameters, if it parses.
+    pub fn parse_challenge(h: &str) -> Option<(String, Vec<(String, String)>)> {
+        crate::registry::parse_challenge(h).map(|c| (c.scheme, c.params.into_iter().collect()))
+    }
+}
 
 pub use digest::sha256_digest;
 pub use error::{Error, ErrorKind};

@@ -83,12 +83,9 @@ impl AnyManifest {
 /// The image configuration blob (OCI image config / Docker container image v1).
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct ConfigFile {
-    #[serde(default)]
-    pub architecture: String,
-    #[serde(default)]
-    pub os: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub variant: Option<String>,
+    /// `architecture`, `os` and `variant`, at the top level of the blob.
+    #[serde(flatten)]
+    pub platform: Platform,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -370,6 +370,17 @@ fn unescape_mountinfo(s: &str) -> Vec<u8> {
     out
 }
 
+/// Whether an overlay mounted on this host has its upper directory in `dir` (a container's
+/// writable layer in use), from /proc/self/mountinfo; false when it cannot be read.
+pub(crate) fn any_overlay_upper_in(dir: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let needle = format!("upperdir={}/", dir.display());
+    info.lines()
+        .any(|l| l.contains(" - overlay ") && l.contains(&needle))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@
 
 use crate::manifest;
 use crate::reference::Reference;
+use crate::retry;
 use crate::Error;
 use base64::Engine as _;
 use futures_util::StreamExt;
@@ -372,6 +373,19 @@ impl Session {
         accept: Option<&str>,
         timeout: Option<Duration>,
     ) -> Result<reqwest::Response, Error> {
+        self.get_from(ep, tail, accept, timeout, None).await
+    }
+
+    /// [`Session::get`] from byte `range_from` on (`Range: bytes=N-`), for a download that
+    /// resumes. Retries (bounded, see `retry`) a dropped connection, 429 and 5xx.
+    async fn get_from(
+        &self,
+        ep: &Endpoint,
+        tail: &str,
+        accept: Option<&str>,
+        timeout: Option<Duration>,
+        range_from: Option<u64>,
+    ) -> Result<reqwest::Response, Error> {
         let url = self.url(ep, tail);
         let send = |auth: Option<String>| {
             let mut req = self.client.get(&url);
@@ -384,13 +398,48 @@ impl Session {
             if let Some(a) = auth {
                 req = req.header(reqwest::header::AUTHORIZATION, a);
             }
+            if let Some(from) = range_from {
+                req = req.header(reqwest::header::RANGE, format!("bytes={from}-"));
+            }
             req.send()
         };
         let http_err = |e| Error::Http {
             url: url.clone(),
             source: e,
         };
-        let mut resp = send(self.cached_auth(ep)).await.map_err(http_err)?;
+        let mut backoff = retry::Backoff::new();
+        let mut resp = loop {
+            let wait = match send(self.cached_auth(ep)).await {
+                Ok(r) if retry::retryable_status(r.status()) => {
+                    match backoff.next(retry::retry_after(r.headers())) {
+                        Some(wait) => {
+                            tracing::warn!(%url, status = %r.status(), try_ = backoff.tries(), wait_ms = wait.as_millis() as u64, "registry asks to try again later");
+                            wait
+                        }
+                        None => {
+                            let status = r.status();
+                            let body = read_bounded(r, 4096, &url).await.unwrap_or_default();
+                            let detail = String::from_utf8_lossy(&body).trim().to_string();
+                            return Err(Error::RegistryBusy {
+                                url: url.clone(),
+                                message: format!("{status} {detail}").trim().to_string(),
+                                tries: retry::MAX_TRIES,
+                            });
+                        }
+                    }
+                }
+                Ok(r) => break r,
+                Err(e) if retry::retryable_send(&e) => match backoff.next(None) {
+                    Some(wait) => {
+                        tracing::warn!(%url, error = %e, try_ = backoff.tries(), "registry connection failed; trying again");
+                        wait
+                    }
+                    None => return Err(http_err(e)),
+                },
+                Err(e) => return Err(http_err(e)),
+            };
+            tokio::time::sleep(wait).await;
+        };
         if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
             let challenge = resp
                 .headers()
@@ -598,8 +647,29 @@ impl Session {
             .unwrap_or_else(|| Error::NotFound(format!("no endpoint for manifest {reference}"))))
     }
 
+    /// Resumes a blob download from byte `from` (endpoints in the same order as
+    /// [`Session::blob`]): a 206 with the rest, or (a registry that ignores ranges) a 200 with
+    /// all of it.
+    pub async fn blob_from(
+        &self,
+        digest: &str,
+        preferred: usize,
+        from: u64,
+    ) -> Result<reqwest::Response, Error> {
+        self.blob_ranged(digest, preferred, Some(from)).await
+    }
+
     /// Starts a blob download, preferring the endpoint that served the manifest.
     pub async fn blob(&self, digest: &str, preferred: usize) -> Result<reqwest::Response, Error> {
+        self.blob_ranged(digest, preferred, None).await
+    }
+
+    async fn blob_ranged(
+        &self,
+        digest: &str,
+        preferred: usize,
+        from: Option<u64>,
+    ) -> Result<reqwest::Response, Error> {
         let mut order: Vec<usize> = vec![preferred];
         order.extend((0..self.endpoints.len()).filter(|&i| i != preferred));
         let mut last = None;
@@ -607,7 +677,10 @@ impl Session {
             let Some(ep) = self.endpoints.get(i) else {
                 continue;
             };
-            match self.get(ep, &format!("blobs/{digest}"), None, None).await {
+            match self
+                .get_from(ep, &format!("blobs/{digest}"), None, None, from)
+                .await
+            {
                 Ok(r) => return Ok(r),
                 Err(e) => {
                     tracing::debug!(endpoint = %ep.base, %digest, error = %e, "blob fetch failed");

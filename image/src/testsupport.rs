@@ -470,9 +470,7 @@ impl OciLayout {
             diff_ids.push(diff_id);
         }
         let cfg = ConfigFile {
-            architecture: spec.platform.architecture.clone(),
-            os: spec.platform.os.clone(),
-            variant: spec.platform.variant.clone(),
+            platform: spec.platform.clone(),
             created: Some("1970-01-01T00:00:00Z".into()),
             config: Some(spec.config.to_runtime_config()),
             rootfs: manifest::RootFs {
@@ -645,9 +643,7 @@ pub fn docker_archive(out: &Path, images: &[(&[&str], &ImageSpec)]) -> io::Resul
             diff_ids.push(diff);
         }
         let cfg = ConfigFile {
-            architecture: spec.platform.architecture.clone(),
-            os: spec.platform.os.clone(),
-            variant: spec.platform.variant.clone(),
+            platform: spec.platform.clone(),
             created: Some("1970-01-01T00:00:00Z".into()),
             config: Some(spec.config.to_runtime_config()),
             rootfs: manifest::RootFs {

@@ -608,22 +608,10 @@ mod tests {
         run(&sb, &tar).unwrap();
         assert_outside_untouched(&sb);
         // Both writes were re-rooted at the layer directory.
-        assert_eq!(
-            std::fs::read(
-                sb.layer
-                    .join(format!("{}/pwned", outside.trim_start_matches('/')))
-            )
-            .unwrap(),
-            b"x"
-        );
-        assert_eq!(
-            std::fs::read(
-                sb.layer
-                    .join(format!("{}/pwned2", outside.trim_start_matches('/')))
-            )
-            .unwrap(),
-            b"y"
-        );
+        for (name, content) in [("pwned", b"x"), ("pwned2", b"y")] {
+            let rerooted = format!("{}/{name}", outside.trim_start_matches('/'));
+            assert_eq!(std::fs::read(sb.layer.join(rerooted)).unwrap(), content);
+        }
         // The symlinks themselves are kept verbatim.
         assert_eq!(
             std::fs::read_link(sb.layer.join("evil"))

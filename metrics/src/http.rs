@@ -9,13 +9,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Binds `address` and serves scrapes until the returned task is aborted. Returns the bound
-/// address (port 0 picks a free one).
+/// address (port 0 picks a free one). A port in use is retried for up to `bind_wait` (logged
+/// once): a predecessor killed a moment ago may still hold it.
 pub async fn serve(
     address: &str,
+    bind_wait: std::time::Duration,
     metrics: Arc<Metrics>,
     state: Option<Arc<dyn StateSource>>,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
+    let listener = bind_waiting(address, bind_wait).await?;
     let local = listener.local_addr()?;
     let task = tokio::spawn(async move {
         loop {
@@ -69,6 +71,26 @@ fn respond<B>(
     resp
 }
 
+async fn bind_waiting(
+    address: &str,
+    wait: std::time::Duration,
+) -> std::io::Result<tokio::net::TcpListener> {
+    let start = std::time::Instant::now();
+    let mut logged = false;
+    loop {
+        match tokio::net::TcpListener::bind(address).await {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && start.elapsed() < wait => {
+                if !logged {
+                    tracing::warn!(%address, error = %e, wait_s = wait.as_secs_f64(), "the metrics port is held by another process (a peapod still exiting?); waiting for it");
+                    logged = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,7 +109,9 @@ mod tests {
     async fn serves_metrics_and_nothing_else() {
         let m = Metrics::new().unwrap();
         m.record_image_pull(10, 1.0);
-        let (addr, task) = serve("127.0.0.1:0", m, None).await.unwrap();
+        let (addr, task) = serve("127.0.0.1:0", std::time::Duration::ZERO, m, None)
+            .await
+            .unwrap();
         let page = get(addr, "/metrics").await;
         assert!(page.starts_with("HTTP/1.1 200"), "{page}");
         assert!(page.contains("text/plain; version=0.0.4"), "{page}");

@@ -716,12 +716,7 @@ impl Runtime {
             return;
         };
         let pod = st.pods.get(&c.pod_sandbox_id).map(|p| p.pod.clone());
-        let req = ContainerEventRequest {
-            pod: pod.clone(),
-            container: Some(c.clone()),
-        };
-        let fallback = state_change(Event::RemoveContainer, pod.as_ref(), Some(&c));
-        self.notify(Event::RemoveContainer, &req, fallback).await;
+        self.notify_container(Event::RemoveContainer, pod, c).await;
     }
 
     /// The pod and the container as plugins know them, with `change` applied to the latter.
@@ -737,17 +732,29 @@ impl Runtime {
         Some((pod, c))
     }
 
-    pub async fn post_create_container(&self, id: &str) {
+    /// Tells the plugins of a container event they cannot refuse.
+    async fn notify_container(&self, event: Event, pod: Option<PodSandbox>, c: Container) {
+        let (req, fallback) = container_event(event, pod, c);
+        self.notify(event, &req, fallback).await;
+    }
+
+    /// An event after the fact (PostCreate, PostStart, PostUpdate) for a container the plugins
+    /// know, with `change` applied to it first; the state stays locked until it is told.
+    async fn post_container_event(
+        &self,
+        id: &str,
+        event: Event,
+        change: impl FnOnce(&mut Container) + Send,
+    ) {
         let mut st = self.state.lock().await;
-        let Some((pod, c)) = Self::known(&mut st, id, |_| {}) else {
+        let Some((pod, c)) = Self::known(&mut st, id, change) else {
             return;
         };
-        let req = ContainerEventRequest {
-            pod: pod.clone(),
-            container: Some(c.clone()),
-        };
-        let fallback = state_change(Event::PostCreateContainer, pod.as_ref(), Some(&c));
-        self.notify(Event::PostCreateContainer, &req, fallback)
+        self.notify_container(event, pod, c).await;
+    }
+
+    pub async fn post_create_container(&self, id: &str) {
+        self.post_container_event(id, Event::PostCreateContainer, |_| {})
             .await;
     }
 
@@ -757,11 +764,7 @@ impl Runtime {
         let Some((pod, c)) = Self::known(&mut st, id, |_| {}) else {
             return Ok(());
         };
-        let req = ContainerEventRequest {
-            pod: pod.clone(),
-            container: Some(c.clone()),
-        };
-        let fallback = state_change(Event::StartContainer, pod.as_ref(), Some(&c));
+        let (req, fallback) = container_event(Event::StartContainer, pod, c);
         self.relay_all::<_, Empty>(Event::StartContainer, &req, fallback)
             .await
             .map(drop)
@@ -769,21 +772,13 @@ impl Runtime {
 
     /// PostStartContainer: the container runs as `pid`.
     pub async fn post_start_container(&self, id: &str, pid: u32, started_at_ns: i64) {
-        let mut st = self.state.lock().await;
-        let change = |c: &mut Container| {
+        let change = move |c: &mut Container| {
             c.state = ContainerState::ContainerRunning as i32;
             c.pid = pid;
             c.started_at = started_at_ns;
         };
-        let Some((pod, c)) = Self::known(&mut st, id, change) else {
-            return;
-        };
-        let req = ContainerEventRequest {
-            pod: pod.clone(),
-            container: Some(c.clone()),
-        };
-        let fallback = state_change(Event::PostStartContainer, pod.as_ref(), Some(&c));
-        self.notify(Event::PostStartContainer, &req, fallback).await;
+        self.post_container_event(id, Event::PostStartContainer, change)
+            .await;
     }
 
     /// UpdateContainer: the resources after the plugins' say (a plugin may change what the
@@ -826,16 +821,7 @@ impl Runtime {
     }
 
     pub async fn post_update_container(&self, id: &str) {
-        let mut st = self.state.lock().await;
-        let Some((pod, c)) = Self::known(&mut st, id, |_| {}) else {
-            return;
-        };
-        let req = ContainerEventRequest {
-            pod: pod.clone(),
-            container: Some(c.clone()),
-        };
-        let fallback = state_change(Event::PostUpdateContainer, pod.as_ref(), Some(&c));
-        self.notify(Event::PostUpdateContainer, &req, fallback)
+        self.post_container_event(id, Event::PostUpdateContainer, |_| {})
             .await;
     }
 
@@ -897,12 +883,7 @@ impl Runtime {
             return;
         };
         let pod = st.pods.get(&c.pod_sandbox_id).map(|p| p.pod.clone());
-        let req = ContainerEventRequest {
-            pod: pod.clone(),
-            container: Some(c.clone()),
-        };
-        let fallback = state_change(Event::RemoveContainer, pod.as_ref(), Some(&c));
-        self.notify(Event::RemoveContainer, &req, fallback).await;
+        self.notify_container(Event::RemoveContainer, pod, c).await;
     }
 
     /// Whether any plugin is connected (callers may skip building messages when none is).
@@ -925,6 +906,20 @@ fn containers_of(st: &State, pod_id: &str) -> Vec<String> {
         .filter(|c| c.pod_sandbox_id == pod_id)
         .map(|c| c.id.clone())
         .collect()
+}
+
+/// A container event's request, with the state-change event for plugins that take it that way.
+fn container_event(
+    event: Event,
+    pod: Option<PodSandbox>,
+    c: Container,
+) -> (ContainerEventRequest, Option<StateChangeEvent>) {
+    let fallback = state_change(event, pod.as_ref(), Some(&c));
+    let req = ContainerEventRequest {
+        pod,
+        container: Some(c),
+    };
+    (req, fallback)
 }
 
 fn state_change(

@@ -272,6 +272,20 @@ fn remove_tree(d: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    /// A pod's values with the usual 100 ms CFS period.
+    fn values(cpu_shares: u64, cpu_quota: i64, memory_limit: i64) -> CgroupValues {
+        CgroupValues {
+            cpu_shares,
+            cpu_quota,
+            cpu_period: 100000,
+            memory_limit,
+        }
+    }
+
+    fn read(path: impl AsRef<Path>) -> String {
+        std::fs::read_to_string(path).unwrap()
+    }
+
     #[test]
     fn paths_by_qos() {
         assert_eq!(
@@ -295,31 +309,14 @@ mod tests {
         for c in V1_CONTROLLERS {
             std::fs::create_dir_all(t.path().join(c)).unwrap();
         }
-        let v = CgroupValues {
-            cpu_shares: 768,
-            cpu_quota: 75000,
-            cpu_period: 100000,
-            memory_limit: 96 << 20,
-        };
+        let v = values(768, 75000, 96 << 20);
         create(t.path(), "/kubepods/podu1", &v).unwrap();
         let cpu = t.path().join("cpu/kubepods/podu1");
-        assert_eq!(
-            std::fs::read_to_string(cpu.join("cpu.shares")).unwrap(),
-            "768"
-        );
-        assert_eq!(
-            std::fs::read_to_string(cpu.join("cpu.cfs_quota_us")).unwrap(),
-            "75000"
-        );
-        assert_eq!(
-            std::fs::read_to_string(cpu.join("cpu.cfs_period_us")).unwrap(),
-            "100000"
-        );
+        assert_eq!(read(cpu.join("cpu.shares")), "768");
+        assert_eq!(read(cpu.join("cpu.cfs_quota_us")), "75000");
+        assert_eq!(read(cpu.join("cpu.cfs_period_us")), "100000");
         let mem = t.path().join("memory/kubepods/podu1/memory.limit_in_bytes");
-        assert_eq!(
-            std::fs::read_to_string(mem).unwrap(),
-            (96u64 << 20).to_string()
-        );
+        assert_eq!(read(mem), (96u64 << 20).to_string());
         assert!(t.path().join("pids/kubepods/podu1").is_dir());
         // Fixture files make the dirs non-empty; real cgroupfs dirs hold only virtual files.
         for c in V1_CONTROLLERS {
@@ -354,13 +351,9 @@ mod tests {
             std::fs::create_dir_all(t.path().join(c).join("a/kubepods")).unwrap();
         }
         set_node_allocatable(t.path(), "/a/kubepods", 2000, 1 << 30);
+        assert_eq!(read(t.path().join("cpu/a/kubepods/cpu.shares")), "2048");
         assert_eq!(
-            std::fs::read_to_string(t.path().join("cpu/a/kubepods/cpu.shares")).unwrap(),
-            "2048"
-        );
-        assert_eq!(
-            std::fs::read_to_string(t.path().join("memory/a/kubepods/memory.limit_in_bytes"))
-                .unwrap(),
+            read(t.path().join("memory/a/kubepods/memory.limit_in_bytes")),
             (1u64 << 30).to_string()
         );
     }
@@ -370,37 +363,20 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         std::fs::write(t.path().join("cgroup.controllers"), "cpu memory pids").unwrap();
         std::fs::write(t.path().join("cgroup.subtree_control"), "").unwrap();
-        let v = CgroupValues {
-            cpu_shares: 1024,
-            cpu_quota: 50000,
-            cpu_period: 100000,
-            memory_limit: 64 << 20,
-        };
+        let v = values(1024, 50000, 64 << 20);
         create(t.path(), "/kubepods/burstable/podu2", &v).unwrap();
         let d = t.path().join("kubepods/burstable/podu2");
-        assert_eq!(std::fs::read_to_string(d.join("cpu.weight")).unwrap(), "39");
-        assert_eq!(
-            std::fs::read_to_string(d.join("cpu.max")).unwrap(),
-            "50000 100000"
-        );
-        assert_eq!(
-            std::fs::read_to_string(d.join("memory.max")).unwrap(),
-            (64u64 << 20).to_string()
-        );
-        assert_eq!(
-            std::fs::read_to_string(t.path().join("cgroup.subtree_control")).unwrap(),
-            "+pids"
-        );
+        assert_eq!(read(d.join("cpu.weight")), "39");
+        assert_eq!(read(d.join("cpu.max")), "50000 100000");
+        assert_eq!(read(d.join("memory.max")), (64u64 << 20).to_string());
+        assert_eq!(read(t.path().join("cgroup.subtree_control")), "+pids");
         let be = CgroupValues {
             cpu_shares: 2,
             ..Default::default()
         };
         create(t.path(), "/kubepods/besteffort/podu3", &be).unwrap();
         let d = t.path().join("kubepods/besteffort/podu3");
-        assert_eq!(
-            std::fs::read_to_string(d.join("cpu.max")).unwrap(),
-            "max 100000"
-        );
+        assert_eq!(read(d.join("cpu.max")), "max 100000");
         assert!(!d.join("memory.max").exists());
     }
 }

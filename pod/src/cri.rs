@@ -94,6 +94,19 @@ impl TonicCri {
         Ok(RuntimeServiceClient::new(self.channel().await?).max_decoding_message_size(64 << 20))
     }
 
+    /// PodSandboxStatus, not verbose: the status, if the answer has one.
+    async fn sandbox_status(&self, id: &str) -> CriResult<Option<cri::PodSandboxStatus>> {
+        let r = self
+            .rt()
+            .await?
+            .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            })
+            .await?;
+        Ok(r.into_inner().status)
+    }
+
     async fn img(&self) -> CriResult<ImageServiceClient<Channel>> {
         Ok(ImageServiceClient::new(self.channel().await?))
     }
@@ -114,32 +127,17 @@ impl CriApi for TonicCri {
     }
 
     async fn pod_sandbox_ip(&self, id: &str) -> CriResult<String> {
-        let r = self
-            .rt()
-            .await?
-            .pod_sandbox_status(cri::PodSandboxStatusRequest {
-                pod_sandbox_id: id.into(),
-                verbose: false,
-            })
-            .await?;
-        Ok(r.into_inner()
-            .status
+        let status = self.sandbox_status(id).await?;
+        Ok(status
             .and_then(|s| s.network)
             .map(|n| n.ip)
             .unwrap_or_default())
     }
 
     async fn pod_sandbox_ready(&self, id: &str) -> CriResult<bool> {
-        let r = self
-            .rt()
-            .await?
-            .pod_sandbox_status(cri::PodSandboxStatusRequest {
-                pod_sandbox_id: id.into(),
-                verbose: false,
-            })
-            .await;
-        match r {
-            Ok(r) => Ok(r.into_inner().status.is_some_and(|s| s.state == 0)),
+        let ready = cri::PodSandboxState::SandboxReady as i32;
+        match self.sandbox_status(id).await {
+            Ok(status) => Ok(status.is_some_and(|s| s.state == ready)),
             Err(s) if s.code() == tonic::Code::NotFound => Ok(false),
             Err(s) => Err(s),
         }

@@ -19,6 +19,19 @@ const NS_POD: i32 = 0;
 const NS_CONTAINER: i32 = 1;
 const NS_NODE: i32 = 2;
 
+/// The CRI `Signal` of a Pod's `lifecycle.stopSignal` (`SIGUSR1`, `SIGRTMIN+3`, `SIGRTMAX-1`:
+/// the names the Pod API allows), as the kubelet maps it; None for any other text.
+pub fn stop_signal(name: &str) -> Option<cri::Signal> {
+    let rest = name.strip_prefix("SIG")?;
+    let spelled = rest.replacen('+', "PLUS", 1).replacen('-', "MINUS", 1);
+    cri::Signal::from_str_name(&format!("SIGNAL_SIG{spelled}"))
+        .filter(|s| *s != cri::Signal::RuntimeDefault)
+}
+
+/// The options a volume mount's `bindMountOptions` may name (the Pod API's list, which the
+/// daemon's CRI mounts take as `mount_options`).
+pub const BIND_MOUNT_OPTIONS: [&str; 3] = ["noexec", "nodev", "nosuid"];
+
 fn pod_labels(pod: &Pod) -> HashMap<String, String> {
     let md = &pod.metadata;
     HashMap::from([
@@ -271,6 +284,7 @@ pub fn container_config(
                 Some("Bidirectional") => 2,
                 _ => 0,
             },
+            mount_options: m.bind_mount_options.clone().unwrap_or_default(),
             ..Default::default()
         });
     }
@@ -305,7 +319,7 @@ pub fn container_config(
             .iter()
             .map(|(k, v)| cri::KeyValue {
                 key: k.clone(),
-                value: v.clone(),
+                value: v.clone().into_bytes(),
             })
             .collect(),
         mounts,
@@ -315,6 +329,13 @@ pub fn container_config(
             .join(format!("{}.log", inputs.attempt))
             .display()
             .to_string(),
+        // lifecycle.stopSignal (checked by validation; unknown text: the runtime's default).
+        stop_signal: c
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.stop_signal.as_deref())
+            .and_then(stop_signal)
+            .map_or(0, |s| s as i32),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
@@ -365,7 +386,9 @@ mod tests {
                 "terminationMessagePath": "/dev/termination-log",
                 "env": [{"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                 "ports": [{"containerPort": 80, "hostPort": 8080}],
-                "volumeMounts": [{"name": "w", "mountPath": "/w", "readOnly": true}],
+                "lifecycle": {"stopSignal": "SIGRTMIN+2"},
+                "volumeMounts": [{"name": "w", "mountPath": "/w", "readOnly": true,
+                    "bindMountOptions": ["noexec", "nodev"]}],
                 "resources": {"requests": {"cpu": "250m", "memory": "1000000000"}, "limits": {"cpu": "500m"}}}],
                 "volumes": [{"name": "w", "emptyDir": {}}]}
         }))
@@ -414,6 +437,8 @@ mod tests {
         assert_eq!(cfg.args, vec!["echo web"]);
         assert_eq!(cfg.mounts[0].host_path, "/v/w");
         assert!(cfg.mounts[0].readonly);
+        assert_eq!(cfg.mounts[0].mount_options, ["noexec", "nodev"]);
+        assert_eq!(cfg.stop_signal, cri::Signal::Sigrtminplus2 as i32);
         assert_eq!(cfg.mounts[1].container_path, "/dev/termination-log");
         assert_eq!(cfg.mounts[1].host_path, "/p/containers/c/2.termination-log");
         let res = cfg.linux.unwrap().resources.unwrap();
@@ -424,5 +449,31 @@ mod tests {
         assert_eq!(res.memory_limit_in_bytes, 0);
         // Burstable: 1000 - 1000*1e9/4e9 = 750.
         assert_eq!(res.oom_score_adj, 750);
+    }
+
+    #[test]
+    fn stop_signal_names_are_the_kubelets() {
+        assert_eq!(stop_signal("SIGTERM"), Some(cri::Signal::Sigterm));
+        assert_eq!(stop_signal("SIGIOT"), Some(cri::Signal::Sigiot));
+        assert_eq!(stop_signal("SIGRTMIN"), Some(cri::Signal::Sigrtmin));
+        assert_eq!(
+            stop_signal("SIGRTMIN+15"),
+            Some(cri::Signal::Sigrtminplus15)
+        );
+        assert_eq!(
+            stop_signal("SIGRTMAX-14"),
+            Some(cri::Signal::Sigrtmaxminus14)
+        );
+        for bad in [
+            "TERM",
+            "sigterm",
+            "15",
+            "SIGRTMIN+16",
+            "SIGNOPE",
+            "SIGRUNTIME_DEFAULT",
+            "",
+        ] {
+            assert_eq!(stop_signal(bad), None, "{bad:?}");
+        }
     }
 }

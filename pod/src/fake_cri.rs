@@ -8,6 +8,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tonic::Status;
 
+const CREATED: i32 = cri::ContainerState::ContainerCreated as i32;
+const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
+const EXITED: i32 = cri::ContainerState::ContainerExited as i32;
+const READY: i32 = cri::PodSandboxState::SandboxReady as i32;
+
 #[derive(Debug, Clone)]
 pub struct FakeContainer {
     pub id: String,
@@ -59,8 +64,10 @@ impl FakeCri {
     pub fn exit(&self, name: &str, code: i32) {
         let mut st = self.st();
         for c in st.containers.values_mut() {
-            if c.config.metadata.as_ref().map(|m| m.name.as_str()) == Some(name) && c.state == 1 {
-                c.state = 2;
+            if c.config.metadata.as_ref().map(|m| m.name.as_str()) == Some(name)
+                && c.state == RUNNING
+            {
+                c.state = EXITED;
                 c.exit_code = code;
                 c.finished_at = now_ns();
             }
@@ -92,7 +99,7 @@ impl CriApi for FakeCri {
         }
         st.next += 1;
         let id = format!("sb{:04}", st.next);
-        st.sandboxes.insert(id.clone(), (config, 0));
+        st.sandboxes.insert(id.clone(), (config, READY));
         st.calls.push(format!("RunPodSandbox {id}"));
         Ok(id)
     }
@@ -100,17 +107,17 @@ impl CriApi for FakeCri {
         Ok("10.0.0.7".into())
     }
     async fn pod_sandbox_ready(&self, id: &str) -> CriResult<bool> {
-        Ok(self.st().sandboxes.get(id).is_some_and(|s| s.1 == 0))
+        Ok(self.st().sandboxes.get(id).is_some_and(|s| s.1 == READY))
     }
     async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
         let mut st = self.st();
         st.calls.push(format!("StopPodSandbox {id}"));
         if let Some(s) = st.sandboxes.get_mut(id) {
-            s.1 = 1;
+            s.1 = cri::PodSandboxState::SandboxNotready as i32;
         }
         for c in st.containers.values_mut() {
-            if c.sandbox == id && c.state == 1 {
-                c.state = 2;
+            if c.sandbox == id && c.state == RUNNING {
+                c.state = EXITED;
                 c.exit_code = 137;
                 c.finished_at = now_ns();
             }
@@ -167,7 +174,7 @@ impl CriApi for FakeCri {
                 id: id.clone(),
                 sandbox: sandbox_id.into(),
                 config,
-                state: 0,
+                state: CREATED,
                 exit_code: 0,
                 started_at: 0,
                 finished_at: 0,
@@ -193,7 +200,7 @@ impl CriApi for FakeCri {
             .containers
             .get_mut(id)
             .ok_or_else(|| Status::not_found(id.to_string()))?;
-        c.state = 1;
+        c.state = RUNNING;
         c.started_at = now_ns();
         let name = c
             .config
@@ -202,7 +209,7 @@ impl CriApi for FakeCri {
             .map(|m| m.name.clone())
             .unwrap_or_default();
         if let Some(code) = exits.get(&name) {
-            c.state = 2;
+            c.state = EXITED;
             c.exit_code = *code;
             c.finished_at = now_ns();
         }
@@ -212,8 +219,8 @@ impl CriApi for FakeCri {
         let mut st = self.st();
         st.calls.push(format!("StopContainer {id}"));
         if let Some(c) = st.containers.get_mut(id) {
-            if c.state == 1 {
-                c.state = 2;
+            if c.state == RUNNING {
+                c.state = EXITED;
                 c.exit_code = 137;
                 c.finished_at = now_ns();
             }

@@ -341,7 +341,13 @@ impl Manager {
         Ok(())
     }
 
-    pub fn get(&self, namespace: &str, name: &str) -> Result<Pod, PodError> {
+    /// What `read` takes from the view of pod `namespace/name`.
+    fn read_view<T>(
+        &self,
+        namespace: &str,
+        name: &str,
+        read: impl FnOnce(&PodView) -> T,
+    ) -> Result<T, PodError> {
         let pods = self.lock();
         let h = pods
             .get(&(namespace.to_string(), name.to_string()))
@@ -349,8 +355,12 @@ impl Manager {
                 namespace: namespace.into(),
                 name: name.into(),
             })?;
-        let pod = h.view.lock().unwrap_or_else(|e| e.into_inner()).pod.clone();
-        Ok(pod)
+        let view = h.view.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(read(&view))
+    }
+
+    pub fn get(&self, namespace: &str, name: &str) -> Result<Pod, PodError> {
+        self.read_view(namespace, name, |v| v.pod.clone())
     }
 
     /// Pods sorted by namespace then name; `None`: all namespaces.
@@ -363,20 +373,7 @@ impl Manager {
     }
 
     pub fn events(&self, namespace: &str, name: &str) -> Result<Vec<Event>, PodError> {
-        let pods = self.lock();
-        let h = pods
-            .get(&(namespace.to_string(), name.to_string()))
-            .ok_or_else(|| PodError::NotFound {
-                namespace: namespace.into(),
-                name: name.into(),
-            })?;
-        let events = h
-            .view
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .events
-            .clone();
-        Ok(events)
+        self.read_view(namespace, name, |v| v.events.clone())
     }
 
     pub async fn delete(

@@ -16,6 +16,75 @@ pub enum RunState {
     Unknown,
 }
 
+/// `spec.restartPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+impl RestartPolicy {
+    /// The pod's policy: Always when unset (defaulting sets it) or not one of the three
+    /// (validation refuses those).
+    pub fn of(spec: &k8s_openapi::api::core::v1::PodSpec) -> RestartPolicy {
+        match spec.restart_policy.as_deref() {
+            Some("OnFailure") => RestartPolicy::OnFailure,
+            Some("Never") => RestartPolicy::Never,
+            _ => RestartPolicy::Always,
+        }
+    }
+
+    /// Whether an app container that exited with `code` runs again (`killed`: its liveness
+    /// probe failed and the kubelet killed it, a failure whatever the code).
+    pub fn restarts(self, code: i32, killed: bool) -> bool {
+        match self {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => code != 0 || killed,
+            RestartPolicy::Never => false,
+        }
+    }
+}
+
+/// A pod's phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl Phase {
+    /// The phase a status names (`None` for anything else).
+    pub fn parse(s: &str) -> Option<Phase> {
+        Some(match s {
+            "Pending" => Phase::Pending,
+            "Running" => Phase::Running,
+            "Succeeded" => Phase::Succeeded,
+            "Failed" => Phase::Failed,
+            "Unknown" => Phase::Unknown,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+            Phase::Unknown => "Unknown",
+        }
+    }
+
+    /// Succeeded or Failed: the pod is over and stays so.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observed {
     pub state: RunState,

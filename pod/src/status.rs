@@ -1,7 +1,9 @@
 //! The pod's status as the kubelet computes it (pkg/kubelet/kubelet_pods.go getPhase and
 //! pkg/kubelet/status/generate.go): container states, phase and conditions, from a record.
 
-use crate::record::{time_from_ns, ContainerRecord, PodRecord, RunState, Terminated};
+use crate::record::{
+    time_from_ns, ContainerRecord, Phase, PodRecord, RestartPolicy, RunState, Terminated,
+};
 use crate::resources::{is_restartable_init, qos_class};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
@@ -140,9 +142,9 @@ fn completed(s: &ContainerStatus) -> bool {
 }
 
 /// getPhase.
-pub fn phase(rec: &PodRecord, init: &[ContainerStatus], apps: &[ContainerStatus]) -> &'static str {
+pub fn phase(rec: &PodRecord, init: &[ContainerStatus], apps: &[ContainerStatus]) -> Phase {
     let spec = rec.spec();
-    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let policy = RestartPolicy::of(spec);
     let mut pending_init = 0;
     let mut failed_init = 0;
     for (c, s) in spec.init_containers.iter().flatten().zip(init) {
@@ -196,31 +198,31 @@ pub fn phase(rec: &PodRecord, init: &[ContainerStatus], apps: &[ContainerStatus]
             unknown += 1;
         }
     }
-    if failed_init > 0 && policy == "Never" {
-        return "Failed";
+    if failed_init > 0 && policy == RestartPolicy::Never {
+        return Phase::Failed;
     }
-    if pending_init > 0 || (failed_init > 0 && policy != "Never") {
-        return "Pending";
+    if pending_init > 0 || failed_init > 0 {
+        return Phase::Pending;
     }
     if waiting > 0 {
-        return "Pending";
+        return Phase::Pending;
     }
     if running > 0 && unknown == 0 {
-        return "Running";
+        return Phase::Running;
     }
     if running == 0 && stopped > 0 && unknown == 0 {
-        if policy == "Always" {
-            return "Running";
+        if policy == RestartPolicy::Always {
+            return Phase::Running;
         }
         if stopped == succeeded {
-            return "Succeeded";
+            return Phase::Succeeded;
         }
-        if policy == "Never" {
-            return "Failed";
+        if policy == RestartPolicy::Never {
+            return Phase::Failed;
         }
-        return "Running";
+        return Phase::Running;
     }
-    "Pending"
+    Phase::Pending
 }
 
 fn condition(
@@ -261,7 +263,7 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
     let start_time = rec.pod.status.as_ref().and_then(|s| s.start_time.clone());
     if let Some((reason, message)) = rec.rejection.clone() {
         return PodStatus {
-            phase: Some("Failed".into()),
+            phase: Some(Phase::Failed.as_str().into()),
             reason: Some(reason),
             message: Some(message),
             qos_class: Some(qos),
@@ -305,9 +307,8 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
         .iter()
         .map(|c| container_status(c, rec.containers.get(&c.name), app_default))
         .collect();
-    let phase = match rec.final_phase.as_deref() {
-        Some("Succeeded") => "Succeeded",
-        Some("Failed") => "Failed",
+    let phase = match rec.final_phase.as_deref().and_then(Phase::parse) {
+        Some(p) if p.is_terminal() => p,
         _ => phase(rec, &inits, &apps),
     };
     let sidecars_ready = spec
@@ -347,8 +348,8 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
     ));
     // As the kubelet (status/generate.go): only a Succeeded pod is "Initialized: PodCompleted";
     // a Failed pod reports its init containers as they ended (kubectl then shows Init:Error).
-    let succeeded = phase == "Succeeded";
-    let done = succeeded || phase == "Failed";
+    let succeeded = phase == Phase::Succeeded;
+    let done = phase.is_terminal();
     if succeeded {
         conditions.push(condition(
             rec,
@@ -398,7 +399,7 @@ pub fn compute(rec: &mut PodRecord, host_ip: &str) -> PodStatus {
     conditions.push(condition(rec, "PodScheduled", true, None, None));
     let pod_ip = (!rec.pod_ip.is_empty()).then(|| rec.pod_ip.clone());
     PodStatus {
-        phase: Some(phase.into()),
+        phase: Some(phase.as_str().into()),
         conditions: Some(conditions),
         host_ip: Some(host_ip.into()),
         host_ips: Some(vec![HostIP { ip: host_ip.into() }]),
@@ -452,6 +453,12 @@ mod tests {
         });
     }
 
+    /// The reason of a container status's waiting state (which it must have).
+    fn waiting_reason(st: &ContainerStatus) -> Option<&str> {
+        let state = st.state.as_ref().unwrap();
+        state.waiting.as_ref().unwrap().reason.as_deref()
+    }
+
     fn cond<'a>(s: &'a PodStatus, t: &str) -> &'a PodCondition {
         s.conditions
             .as_ref()
@@ -472,17 +479,7 @@ mod tests {
             Some("containers with incomplete status: [init]")
         );
         let web = &s.container_statuses.as_ref().unwrap()[0];
-        assert_eq!(
-            web.state
-                .as_ref()
-                .unwrap()
-                .waiting
-                .as_ref()
-                .unwrap()
-                .reason
-                .as_deref(),
-            Some("PodInitializing")
-        );
+        assert_eq!(waiting_reason(web), Some("PodInitializing"));
         set(&mut r, "init", RunState::Exited, 0);
         set(&mut r, "web", RunState::Running, 0);
         let s = compute(&mut r, "1.2.3.4");
@@ -557,17 +554,7 @@ mod tests {
         let s = compute(&mut r, "h");
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         let init = &s.init_container_statuses.as_ref().unwrap()[0];
-        assert_eq!(
-            init.state
-                .as_ref()
-                .unwrap()
-                .waiting
-                .as_ref()
-                .unwrap()
-                .reason
-                .as_deref(),
-            Some("CrashLoopBackOff")
-        );
+        assert_eq!(waiting_reason(init), Some("CrashLoopBackOff"));
         assert_eq!(
             init.last_state
                 .as_ref()

@@ -453,7 +453,7 @@ async fn a_dead_sandbox_is_recreated_and_init_containers_run_again() {
     {
         let mut st = t.cri.st();
         for s in st.sandboxes.values_mut() {
-            s.1 = 1;
+            s.1 = peapod_proto::v1::PodSandboxState::SandboxNotready as i32;
         }
     }
     let p = t
@@ -465,7 +465,8 @@ async fn a_dead_sandbox_is_recreated_and_init_containers_run_again() {
     assert!(t.reasons("p").contains(&"SandboxChanged".into()));
     let st = t.cri.st();
     assert_eq!(st.sandboxes.len(), 1, "the dead sandbox is removed");
-    assert!(st.sandboxes.values().all(|s| s.1 == 0));
+    let ready = peapod_proto::v1::PodSandboxState::SandboxReady as i32;
+    assert!(st.sandboxes.values().all(|s| s.1 == ready));
 }
 
 #[tokio::test]

@@ -295,6 +295,24 @@ fn validate_container(
         if m.mount_path.is_empty() {
             errs.push(format!("{mp}.mountPath"), "Required value");
         }
+        for (j, o) in m.bind_mount_options.iter().flatten().enumerate() {
+            if !crate::cri_config::BIND_MOUNT_OPTIONS.contains(&o.as_str()) {
+                errs.push(
+                    format!("{mp}.bindMountOptions[{j}]"),
+                    format!("Unsupported value: {o:?}: supported values: \"nodev\", \"noexec\", \"nosuid\""),
+                );
+            }
+        }
+    }
+    if let Some(s) = c.lifecycle.as_ref().and_then(|l| l.stop_signal.as_deref()) {
+        if crate::cri_config::stop_signal(s).is_none() {
+            errs.push(
+                format!("{path}.lifecycle.stopSignal"),
+                format!(
+                    "Unsupported value: {s:?}: a signal name such as \"SIGTERM\" or \"SIGRTMIN+1\""
+                ),
+            );
+        }
     }
     for (i, e) in c.env.iter().flatten().enumerate() {
         let ep = format!("{path}.env[{i}]");
@@ -546,6 +564,11 @@ mod tests {
              "spec.containers[0].resources.limits[cpus]: Invalid value: \"cpus\": must be a standard resource type"),
             (serde_json::json!({"containers": [{"name": "w", "image": "x", "ports": [{"containerPort": 70000}]}]}),
              "spec.containers[0].ports[0].containerPort: Invalid value: 70000"),
+            (serde_json::json!({"containers": [{"name": "w", "image": "x", "lifecycle": {"stopSignal": "TERM"}}]}),
+             "spec.containers[0].lifecycle.stopSignal: Unsupported value: \"TERM\""),
+            (serde_json::json!({"containers": [{"name": "w", "image": "x", "volumeMounts": [{"name": "v", "mountPath": "/v", "bindMountOptions": ["noexec", "exec"]}]}],
+                                "volumes": [{"name": "v", "emptyDir": {}}]}),
+             "spec.containers[0].volumeMounts[0].bindMountOptions[1]: Unsupported value: \"exec\""),
         ];
         for (spec, want) in cases {
             let got = errors(spec.clone());

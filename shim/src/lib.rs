@@ -6,4 +6,3 @@
 //! for, defined in [`protocol`]. The binary half (`src/main.rs` and its modules) is the shim.
 
 pub mod protocol;
-pub mod timefmt;

@@ -6,7 +6,7 @@
 //! CRI-O's conmon does, so that a reader reassembling the stream gets exactly the bytes the
 //! container wrote and no newline it never printed.
 
-use peapod_shim::timefmt;
+use peapod_host::timefmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -42,6 +42,24 @@ pub struct CriLog {
     file: Option<File>,
     /// Bytes of an unfinished line, per stream.
     pending: [Vec<u8>; 2],
+    /// Output that could not be written (a full disk): counted, never waited for.
+    drops: Drops,
+}
+
+/// What a log that cannot be written (ENOSPC, EDQUOT, EIO) dropped since it last could be.
+/// A container's output is never held back for its log: its pipe keeps being read, the lines
+/// that cannot be written are dropped and counted, the first failure is logged once, and when
+/// writing works again (space freed, the file rotated) a record in the log says how much is
+/// missing and the shim's log says so too.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Drops {
+    pub lines: u64,
+    pub bytes: u64,
+    /// Dropped over the log's whole life.
+    pub total_lines: u64,
+    /// A write failed half-way: the file ends in a cut line, to be ended before the next.
+    torn: bool,
+    error: Option<String>,
 }
 
 fn open_log(path: &Path) -> io::Result<File> {
@@ -55,12 +73,30 @@ fn open_log(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// `write_all`, telling how much was written when it fails.
+fn write_counted(file: &mut File, mut data: &[u8]) -> Result<(), (usize, io::Error)> {
+    let mut written = 0;
+    while !data.is_empty() {
+        match file.write(data) {
+            Ok(0) => return Err((written, io::ErrorKind::WriteZero.into())),
+            Ok(n) => {
+                written += n;
+                data = &data[n..];
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((written, e)),
+        }
+    }
+    Ok(())
+}
+
 impl CriLog {
     pub fn open(path: &Path) -> io::Result<CriLog> {
         Ok(CriLog {
             path: path.to_path_buf(),
             file: Some(open_log(path)?),
             pending: [Vec::new(), Vec::new()],
+            drops: Drops::default(),
         })
     }
 
@@ -72,10 +108,13 @@ impl CriLog {
         Ok(())
     }
 
-    fn emit(&mut self, stream: Stream, tag: &str, text: &[u8]) -> io::Result<()> {
-        let Some(file) = self.file.as_mut() else {
-            return Ok(());
-        };
+    /// What was dropped since the log last could be written.
+    #[cfg(test)]
+    pub fn drops(&self) -> &Drops {
+        &self.drops
+    }
+
+    fn record(stream: Stream, tag: &str, text: &[u8]) -> Vec<u8> {
         let ts = timefmt::rfc3339_nano(timefmt::now_ns());
         let mut line = Vec::with_capacity(ts.len() + text.len() + 12);
         line.extend_from_slice(ts.as_bytes());
@@ -86,7 +125,64 @@ impl CriLog {
         line.push(b' ');
         line.extend_from_slice(text);
         line.push(b'\n');
-        file.write_all(&line)
+        line
+    }
+
+    /// Writes one record; a failure drops it (counted) instead of failing the copy.
+    fn emit(&mut self, stream: Stream, tag: &str, text: &[u8]) -> io::Result<()> {
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
+        let mut line = Self::record(stream, tag, text);
+        if self.drops.lines > 0 || self.drops.torn {
+            // Writable again? First end a line cut by the failure, then say what is missing.
+            let mut note = Vec::new();
+            if self.drops.torn {
+                note.push(b'\n');
+            }
+            if self.drops.lines > 0 {
+                let msg = format!(
+                    "peapod: {} lines ({} bytes) of output were dropped: the log could not be written ({})",
+                    self.drops.lines,
+                    self.drops.bytes,
+                    self.drops.error.as_deref().unwrap_or("?")
+                );
+                note.extend(Self::record(Stream::Stderr, "F", msg.as_bytes()));
+            }
+            note.extend_from_slice(&line);
+            line = note;
+        }
+        match write_counted(file, &line) {
+            Ok(()) => {
+                if self.drops.lines > 0 {
+                    eprintln!(
+                        "peapod-shim: container log {} writable again; {} lines ({} bytes) were dropped",
+                        self.path.display(),
+                        self.drops.lines,
+                        self.drops.bytes
+                    );
+                }
+                self.drops.lines = 0;
+                self.drops.bytes = 0;
+                self.drops.torn = false;
+                self.drops.error = None;
+                Ok(())
+            }
+            Err((written, e)) => {
+                if self.drops.lines == 0 {
+                    eprintln!(
+                        "peapod-shim: cannot write the container log {}: {e}; dropping output (counted) until it can be written",
+                        self.path.display()
+                    );
+                }
+                self.drops.torn |= written > 0;
+                self.drops.lines += 1;
+                self.drops.total_lines += 1;
+                self.drops.bytes += text.len() as u64;
+                self.drops.error = Some(e.to_string());
+                Ok(())
+            }
+        }
     }
 
     /// Takes a chunk of output: complete lines are written as `F`, over-long ones as `P` parts,
@@ -217,6 +313,35 @@ mod tests {
         assert_eq!(got[1].2.len(), MAX_LINE);
         assert_eq!(got[2], t("stdout", "F", &"x".repeat(10)));
         std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_log_that_cannot_be_written_drops_and_counts_and_never_fails_the_copy() {
+        // /dev/full answers every write with ENOSPC.
+        let mut log = CriLog::open(Path::new("/dev/full")).unwrap();
+        log.write(Stream::Stdout, b"one\ntwo\nthree").unwrap();
+        log.write(Stream::Stderr, b"four\n").unwrap();
+        assert_eq!(log.drops().lines, 3);
+        assert_eq!(log.drops().bytes, "one".len() as u64 + 3 + 4);
+        // Writable again: the next line comes after a record of what is missing.
+        let path = temp_log("drops");
+        log.path = path.clone();
+        log.reopen().unwrap();
+        log.write(Stream::Stdout, b"five\n").unwrap();
+        let got = lines(&path);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].0, "stderr");
+        assert!(
+            got[0]
+                .2
+                .contains("3 lines (10 bytes) of output were dropped"),
+            "{got:?}"
+        );
+        assert!(got[0].2.contains("No space left on device"), "{got:?}");
+        // The unfinished "three" was kept, not dropped: it ends with this line.
+        assert_eq!(got[1], t("stdout", "F", "threefive"));
+        assert_eq!(log.drops().lines, 0);
+        assert_eq!(log.drops().total_lines, 3);
     }
 
     #[test]

@@ -34,6 +34,8 @@ mod fakes;
 mod init_stdio;
 mod log_uri;
 mod logio;
+mod native_exec;
+mod nsexec;
 mod oom_kill_counter;
 mod process;
 mod process_control;
@@ -59,11 +61,13 @@ pub struct Args {
     pub runtime: String,
     pub runtime_root: PathBuf,
     pub log: Option<PathBuf>,
+    /// How execs start: natively where possible (`native`, the default) or by `runc exec`.
+    pub exec: native_exec::ExecMode,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: peapod-shim start|serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE]"
+        "usage: peapod-shim start|serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc]\n       peapod-shim nsexec ... (see src/nsexec)"
     );
     std::process::exit(2)
 }
@@ -75,6 +79,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
     let mut runtime = "runc".to_string();
     let mut runtime_root = None;
     let mut log = None;
+    let mut exec = native_exec::ExecMode::Native;
     while let Some(flag) = argv.next() {
         let value = argv.next().unwrap_or_else(|| usage());
         match flag.as_str() {
@@ -83,6 +88,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             "--runtime" => runtime = value,
             "--runtime-root" => runtime_root = Some(PathBuf::from(value)),
             "--log" => log = Some(PathBuf::from(value)),
+            "--exec" => exec = native_exec::ExecMode::parse(&value).unwrap_or_else(|| usage()),
             _ => usage(),
         }
     }
@@ -97,6 +103,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             runtime,
             runtime_root,
             log,
+            exec,
         },
     )
 }
@@ -115,6 +122,9 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some("--version") {
         println!("peapod-shim {}", env!("CARGO_PKG_VERSION"));
         return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("nsexec") {
+        std::process::exit(nsexec::main(argv.skip(1)));
     }
     let (command, args) = parse_args(argv);
     let code = match command.as_str() {
@@ -145,6 +155,13 @@ fn start(program: &str, args: &Args) -> i32 {
         .args(["--runtime", &args.runtime])
         .arg("--runtime-root")
         .arg(&args.runtime_root)
+        .args([
+            "--exec",
+            match args.exec {
+                native_exec::ExecMode::Native => "native",
+                native_exec::ExecMode::Runtime => "runc",
+            },
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);

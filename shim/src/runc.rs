@@ -70,9 +70,15 @@ impl Runc {
         cmd
     }
 
-    fn failed(&self, command: &str, exit_status: i32, message: String) -> RuntimeCliError {
+    fn failed_as(
+        &self,
+        program: &str,
+        command: &str,
+        exit_status: i32,
+        message: String,
+    ) -> RuntimeCliError {
         RuntimeCliError::Failed {
-            runtime: self.binary.clone(),
+            runtime: program.to_string(),
             command: command.to_string(),
             exit_status,
             message,
@@ -83,12 +89,25 @@ impl Runc {
     async fn run(
         &self,
         command: &str,
+        cmd: Command,
+        io: Option<ProcessIo>,
+        log: Option<&Path>,
+    ) -> Result<String, RuntimeCliError> {
+        self.run_as(&self.binary, command, cmd, io, log).await
+    }
+
+    /// [`Runc::run`] of another program with the runtime's conventions (a JSON `--log`, the
+    /// reaper, the deadline), its errors named after `program`.
+    async fn run_as(
+        &self,
+        program: &str,
+        command: &str,
         mut cmd: Command,
         io: Option<ProcessIo>,
         log: Option<&Path>,
     ) -> Result<String, RuntimeCliError> {
         let spawn_err = |source| RuntimeCliError::Spawn {
-            runtime: self.binary.clone(),
+            runtime: program.to_string(),
             source,
         };
         let (out, err) = (
@@ -114,7 +133,7 @@ impl Runc {
                 // SAFETY: kill has no memory-safety preconditions.
                 unsafe { libc::kill(pid as i32, libc::SIGKILL) };
                 return Err(RuntimeCliError::Timeout {
-                    runtime: self.binary.clone(),
+                    runtime: program.to_string(),
                     command: command.to_string(),
                 });
             }
@@ -137,7 +156,7 @@ impl Runc {
                     s.to_string()
                 }
             });
-        Err(self.failed(command, code, message))
+        Err(self.failed_as(program, command, code, message))
     }
 
     async fn simple(&self, subcommand: &str, args: &[&str]) -> Result<String, RuntimeCliError> {
@@ -147,11 +166,20 @@ impl Runc {
     }
 
     fn read_pid(&self, command: &str, pid_file: &Path) -> Result<u32, RuntimeCliError> {
+        self.read_pid_as(&self.binary, command, pid_file)
+    }
+
+    fn read_pid_as(
+        &self,
+        program: &str,
+        command: &str,
+        pid_file: &Path,
+    ) -> Result<u32, RuntimeCliError> {
         std::fs::read_to_string(pid_file)
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok())
             .ok_or_else(|| RuntimeCliError::NoPidFile {
-                runtime: self.binary.clone(),
+                runtime: program.to_string(),
                 command: command.to_string(),
                 path: pid_file.to_path_buf(),
             })
@@ -163,6 +191,33 @@ impl Runc {
             command: command.to_string(),
             message: message.to_string(),
         }
+    }
+
+    /// An exec through `helper` (`peapod-shim nsexec`, src/nsexec) instead of the runtime:
+    /// the same process spec, stdio, pid file and error log, so it ends as `exec` ends.
+    pub async fn exec_native(
+        &self,
+        helper: &Path,
+        c: ExecCommand<'_>,
+    ) -> Result<u32, RuntimeCliError> {
+        const NAME: &str = "peapod-shim nsexec";
+        let log = c.process_json.with_extension("log");
+        let _ = std::fs::remove_file(&log);
+        let mut cmd = Command::new(helper);
+        cmd.arg("nsexec")
+            .arg("--bundle")
+            .arg(c.bundle)
+            .arg("--process")
+            .arg(c.process_json)
+            .arg("--pid-file")
+            .arg(c.pid_file)
+            .args(["--init-pid", &c.init_pid.to_string()])
+            .arg("--log")
+            .arg(&log);
+        let result = self.run_as(NAME, "exec", cmd, Some(c.io), Some(&log)).await;
+        let _ = std::fs::remove_file(&log);
+        result?;
+        self.read_pid_as(NAME, "exec", c.pid_file)
     }
 
     /// Whether the runtime lists a container `id` (`list --format json`: an array of states,
@@ -446,6 +501,8 @@ exit 0
             .exec(
                 "c1",
                 ExecCommand {
+                    bundle: dir.path(),
+                    init_pid: 1,
                     process_json: &spec,
                     pid_file: &dir.path().join("exec-e1.pid"),
                     console_socket: None,

@@ -101,6 +101,10 @@ pub struct CreateCommand<'a> {
 }
 
 pub struct ExecCommand<'a> {
+    /// The container's bundle (its `config.json`).
+    pub bundle: &'a Path,
+    /// The container's init process (host pid): an exec joins its namespaces and cgroups.
+    pub init_pid: u32,
     /// The runtime-spec Process, as JSON in a file.
     pub process_json: &'a Path,
     pub pid_file: &'a Path,

@@ -1,9 +1,11 @@
 //! Bootstrap of `peapod-shim serve`: the reaper, the real runtime CLI and processes, the Task
 //! and extension services on the ttrpc socket, until Shutdown or SIGTERM.
 
+use crate::native_exec::{ExecMode, NativeExec};
 use crate::process_control::HostProcesses;
 use crate::reaper::Reaper;
 use crate::runc::Runc;
+use crate::runtime_cli::RuntimeCli;
 use crate::task::TaskService;
 use crate::task_api::TaskApi;
 use crate::{extension, Args};
@@ -36,12 +38,20 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
     std::fs::create_dir_all(&args.runtime_root)
         .map_err(|e| format!("create {}: {e}", args.runtime_root.display()))?;
     let shutdown = Arc::new(Notify::new());
+    let runc = Arc::new(Runc::new(
+        args.runtime.clone(),
+        args.runtime_root.clone(),
+        reaper.clone(),
+    ));
+    let cli: Arc<dyn RuntimeCli> = match args.exec {
+        ExecMode::Runtime => runc,
+        ExecMode::Native => {
+            let helper = std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?;
+            Arc::new(NativeExec::new(runc, helper))
+        }
+    };
     let tasks = Arc::new(TaskService::new(
-        Arc::new(Runc::new(
-            args.runtime.clone(),
-            args.runtime_root.clone(),
-            reaper.clone(),
-        )),
+        cli,
         Arc::new(HostProcesses::new(reaper)),
         args.socket
             .parent()

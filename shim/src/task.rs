@@ -230,7 +230,7 @@ impl TaskService {
     }
 
     async fn start_exec(&self, id: &str, exec_id: &str) -> Result<u32> {
-        let (request, bundle) = self.containers.with(id, |c| {
+        let (request, bundle, init_pid) = self.containers.with(id, |c| {
             let running = c.is_running();
             let e = c.exec(exec_id)?;
             if e.pid != 0 {
@@ -243,7 +243,7 @@ impl TaskService {
                     "container {id} is not running"
                 )));
             }
-            Ok((e.request.clone(), c.bundle.clone()))
+            Ok((e.request.clone(), c.bundle.clone(), c.init.pid))
         })?;
         let spec = request
             .spec
@@ -270,6 +270,8 @@ impl TaskService {
             .exec(
                 id,
                 ExecCommand {
+                    bundle: &bundle,
+                    init_pid,
                     process_json: &process_json,
                     pid_file: &pid_file,
                     console_socket: console_path.as_deref(),

@@ -6,49 +6,7 @@ use peapod_proto::v1::Capability;
 
 /// Every capability the OCI spec (and oci-spec 0.10) can name, in kernel bit order
 /// (`CAP_CHOWN` is bit 0, `CAP_CHECKPOINT_RESTORE` bit 40).
-pub const ALL_CAPABILITIES: &[&str] = &[
-    "CAP_CHOWN",
-    "CAP_DAC_OVERRIDE",
-    "CAP_DAC_READ_SEARCH",
-    "CAP_FOWNER",
-    "CAP_FSETID",
-    "CAP_KILL",
-    "CAP_SETGID",
-    "CAP_SETUID",
-    "CAP_SETPCAP",
-    "CAP_LINUX_IMMUTABLE",
-    "CAP_NET_BIND_SERVICE",
-    "CAP_NET_BROADCAST",
-    "CAP_NET_ADMIN",
-    "CAP_NET_RAW",
-    "CAP_IPC_LOCK",
-    "CAP_IPC_OWNER",
-    "CAP_SYS_MODULE",
-    "CAP_SYS_RAWIO",
-    "CAP_SYS_CHROOT",
-    "CAP_SYS_PTRACE",
-    "CAP_SYS_PACCT",
-    "CAP_SYS_ADMIN",
-    "CAP_SYS_BOOT",
-    "CAP_SYS_NICE",
-    "CAP_SYS_RESOURCE",
-    "CAP_SYS_TIME",
-    "CAP_SYS_TTY_CONFIG",
-    "CAP_MKNOD",
-    "CAP_LEASE",
-    "CAP_AUDIT_WRITE",
-    "CAP_AUDIT_CONTROL",
-    "CAP_SETFCAP",
-    "CAP_MAC_OVERRIDE",
-    "CAP_MAC_ADMIN",
-    "CAP_SYSLOG",
-    "CAP_WAKE_ALARM",
-    "CAP_BLOCK_SUSPEND",
-    "CAP_AUDIT_READ",
-    "CAP_PERFMON",
-    "CAP_BPF",
-    "CAP_CHECKPOINT_RESTORE",
-];
+pub const ALL_CAPABILITIES: &[&str] = peapod_host::capability::NAMES;
 
 /// The capabilities an unprivileged container gets when the CRI config asks for nothing:
 /// the set Docker and containerd 1.x have always granted (CRI-O and containerd 2.x main

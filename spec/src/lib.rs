@@ -27,7 +27,9 @@
 //! * Errors are [`SpecError::InvalidArgument`] naming the CRI field (gRPC InvalidArgument)
 //!   or [`SpecError::Internal`].
 //! * [`process_args`], [`linux_resources`] (UpdateContainerResources), [`exec_process`]
-//!   (ExecSync/Exec), [`stop_signal`] (StopContainer) stand alone.
+//!   (ExecSync/Exec), [`stop_signal`] (StopContainer: the config's `stop_signal`, else the
+//!   image's `StopSignal`, else SIGTERM; with the CRI `Signal` ContainerStatus reports) stand
+//!   alone.
 //!
 //! ## What the spec contains
 //!
@@ -45,7 +47,8 @@
 //! * **mounts**: /proc, /dev, /dev/pts, /dev/mqueue, /sys and /sys/fs/cgroup (read-only unless
 //!   privileged), the pod's /dev/shm (host's with host IPC), /etc/hostname, /etc/hosts,
 //!   /etc/resolv.conf from the sandbox directory (read-only only with a read-only rootfs,
-//!   replaced by a CRI mount at the same path), then the CRI bind mounts sorted parents first.
+//!   replaced by a CRI mount at the same path), then the CRI bind mounts sorted parents first,
+//!   with their `mount_options` (only [`MOUNT_OPTIONS`]: noexec, nosuid, nodev).
 //! * **devices**, **resources**, **cgroupsPath** (as given), masked/read-only paths, seccomp,
 //!   `root.readonly`, `io.kubernetes.cri.*` annotations plus the config's.
 //! * No hostname (containers share the pause's UTS namespace) and no sysctls: the pod's
@@ -96,7 +99,11 @@ pub use host::{
     host_devices, runtime_supports_rro, HostDevice, HostFacts, HostPaths, HostPropagation,
     RealHost, DEFAULT_APPARMOR_PROFILE,
 };
-pub use process::{exec_process, parse_signal, process_args, stop_signal, DEFAULT_PATH_ENV};
+pub use mounts::{mount_options, MOUNT_OPTIONS};
+pub use process::{
+    cri_signal, exec_process, parse_signal, process_args, signal_number, stop_signal, StopSignal,
+    DEFAULT_PATH_ENV,
+};
 pub use resources::linux_resources;
 pub use seccomp::default_profile_json;
 pub use security::{DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS};

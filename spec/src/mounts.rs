@@ -78,6 +78,8 @@ struct Bind {
     recursive_readonly: bool,
     propagation: MountPropagation,
     relabel: bool,
+    /// `Mount.mount_options`, checked: appended to the bind's OCI options.
+    extra_options: Vec<&'static str>,
 }
 
 /// What the mount computation decides beyond the mount list.
@@ -103,6 +105,33 @@ pub(crate) struct MountInputs<'a> {
 
 fn field(i: usize, name: &str) -> String {
     format!("config.mounts[{i}].{name}")
+}
+
+/// The options `Mount.mount_options` may carry: what the Pod API allows in a volume mount's
+/// `bindMountOptions` (KEP-5785). Anything else (`exec`, `suid`, `rw`, a filesystem's own
+/// options) could undo what the runtime or the other fields decide, so it is refused.
+pub const MOUNT_OPTIONS: [&str; 3] = ["noexec", "nosuid", "nodev"];
+
+/// `config.mounts[i].mount_options`, checked, without repeats, in the order given
+/// (CreateContainer checks them before it makes anything).
+pub fn mount_options(i: usize, m: &Mount) -> Result<Vec<&'static str>> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for (j, o) in m.mount_options.iter().enumerate() {
+        let known = MOUNT_OPTIONS
+            .iter()
+            .find(|k| **k == o.as_str())
+            .ok_or_else(|| {
+                SpecError::invalid(format!(
+                    "{}[{j}]: {o:?} is not a supported bind mount option (supported: {})",
+                    field(i, "mount_options"),
+                    MOUNT_OPTIONS.join(", ")
+                ))
+            })?;
+        if !out.contains(known) {
+            out.push(known);
+        }
+    }
+    Ok(out)
 }
 
 fn validate(i: usize, m: &Mount, rro_supported: bool) -> Result<MountPropagation> {
@@ -181,7 +210,7 @@ fn depth(dest: &str) -> usize {
 ///
 /// CRI mounts are `rbind` with `rprivate`, `rslave` (HostToContainer: the host mount must
 /// be shared or a slave) or `rshared` (Bidirectional: the host mount must be shared), and
-/// `ro`, `rro` or `rw`. The pod's files are read-only only with a read-only rootfs.
+/// `ro`, `rro` or `rw`, then their `mount_options` ([`MOUNT_OPTIONS`]). The pod's files are read-only only with a read-only rootfs.
 pub(crate) fn container_mounts(inp: &MountInputs<'_>, paths: &dyn HostPaths) -> Result<MountPlan> {
     let mut binds: Vec<Bind> = Vec::new();
     for (i, m) in inp.cri_mounts.iter().enumerate() {
@@ -194,6 +223,7 @@ pub(crate) fn container_mounts(inp: &MountInputs<'_>, paths: &dyn HostPaths) -> 
             recursive_readonly: m.recursive_read_only,
             propagation,
             relabel: m.selinux_relabel,
+            extra_options: mount_options(i, m)?,
         });
     }
 
@@ -235,6 +265,7 @@ pub(crate) fn container_mounts(inp: &MountInputs<'_>, paths: &dyn HostPaths) -> 
             recursive_readonly: false,
             propagation: MountPropagation::PropagationPrivate,
             relabel,
+            extra_options: Vec::new(),
         });
     }
     binds.sort_by_key(|b| depth(&b.dest));
@@ -297,6 +328,8 @@ pub(crate) fn container_mounts(inp: &MountInputs<'_>, paths: &dyn HostPaths) -> 
             (true, false) => "ro",
             (false, _) => "rw",
         });
+        // The runtime remounts the bind with these flags (runc: MS_REMOUNT|MS_BIND).
+        options.extend(&b.extra_options);
         if let (true, Some(label)) = (b.relabel, inp.mount_label) {
             paths.relabel(&source, label).map_err(|e| {
                 SpecError::internal(format!("relabel {} with {label}", source.display()), e)

@@ -3,7 +3,7 @@
 use crate::error::{Result, SpecError};
 use crate::ImageConfig;
 use oci_spec::runtime::{Process, Spec};
-use peapod_proto::v1::ContainerConfig;
+use peapod_proto::v1::{ContainerConfig, Signal};
 
 /// The `PATH` every container starts with (the image's `PATH`, if any, replaces it in place).
 pub const DEFAULT_PATH_ENV: &str =
@@ -61,11 +61,15 @@ pub(crate) fn merge_env(env: &mut Vec<String>, overrides: &[String]) {
 /// The process environment: the default `PATH`, `TERM=xterm` with a tty, `HOSTNAME` (the
 /// pod's hostname, when known), then the image's `Env`, then the config's `envs`, each
 /// layer replacing same-named variables of the ones before.
+///
+/// `KeyValue.value` is `bytes` since cri-api 1.33, but the OCI `process.env` is a list of JSON
+/// strings, which cannot carry bytes that are not UTF-8: such a value is refused, naming the
+/// variable, rather than mangled (the kubelet only sends the strings of the Pod's env).
 pub(crate) fn process_env(
     config: &ContainerConfig,
     image: &ImageConfig,
     hostname: &str,
-) -> Vec<String> {
+) -> Result<Vec<String>> {
     let mut env = vec![DEFAULT_PATH_ENV.to_string()];
     if config.tty {
         env.push("TERM=xterm".to_string());
@@ -74,13 +78,21 @@ pub(crate) fn process_env(
         merge_env(&mut env, &[format!("HOSTNAME={hostname}")]);
     }
     merge_env(&mut env, &image.env);
-    let from_config: Vec<String> = config
+    let from_config = config
         .envs
         .iter()
-        .map(|kv| format!("{}={}", kv.key, kv.value))
-        .collect();
+        .enumerate()
+        .map(|(i, kv)| match std::str::from_utf8(&kv.value) {
+            Ok(value) => Ok(format!("{}={value}", kv.key)),
+            Err(e) => Err(SpecError::invalid(format!(
+                "config.envs[{i}] ({:?}): the value is not UTF-8 (invalid byte at {})",
+                kv.key,
+                e.valid_up_to()
+            ))),
+        })
+        .collect::<Result<Vec<String>>>()?;
     merge_env(&mut env, &from_config);
-    env
+    Ok(env)
 }
 
 /// The working directory: the config's, else the image's, else `/`.
@@ -166,16 +178,78 @@ pub fn parse_signal(s: &str) -> Option<i32> {
     None
 }
 
-/// The signal StopContainer sends first: the image's `StopSignal`, SIGTERM when it has none.
-pub fn stop_signal(image: &ImageConfig) -> Result<i32> {
-    if image.stop_signal.trim().is_empty() {
-        return Ok(15);
+/// A container's stop signal: the number StopContainer sends first, and the CRI `Signal`
+/// ContainerStatus reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopSignal {
+    pub number: i32,
+    pub cri: Signal,
+}
+
+/// The number of a CRI `Signal` (None for `SIGNAL_RUNTIME_DEFAULT`): its name, as
+/// `SIGNAL_SIGRTMINPLUS3` or `SIGNAL_SIGRTMAXMINUS1` spell it, read as a signal name.
+pub fn signal_number(signal: Signal) -> Option<i32> {
+    let name = signal.as_str_name().strip_prefix("SIGNAL_")?;
+    parse_signal(&name.replacen("PLUS", "+", 1).replacen("MINUS", "-", 1))
+}
+
+/// The CRI `Signal` of a signal number: the first of the enum's names for it (SIGABRT, not
+/// SIGIOT; SIGCHLD, not SIGCLD; SIGIO, not SIGPOLL). None for a number it has no name for.
+pub fn cri_signal(number: i32) -> Option<Signal> {
+    (1..=Signal::Sigrtmax as i32)
+        .filter_map(|v| Signal::try_from(v).ok())
+        .find(|s| signal_number(*s) == Some(number))
+}
+
+/// The CRI `Signal` an image's `StopSignal` names: by its name when the enum has that name
+/// (an image's `SIGIOT` stays SIGIOT), else by its number.
+fn cri_signal_named(text: &str, number: i32) -> Signal {
+    let upper = text.trim().to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let spelled = format!(
+        "SIGNAL_SIG{}",
+        name.replacen('+', "PLUS", 1).replacen('-', "MINUS", 1)
+    );
+    Signal::from_str_name(&spelled)
+        .filter(|s| signal_number(*s) == Some(number))
+        .or_else(|| cri_signal(number))
+        .unwrap_or(Signal::RuntimeDefault)
+}
+
+/// The signal StopContainer (and so the kubelet's kill and StopPodSandbox) sends first:
+/// `config.stop_signal` (the Pod's `lifecycle.stopSignal`, the kubelet's ContainerStopSignals
+/// feature), else the image's `StopSignal`, else SIGTERM — the order KEP-4960 sets.
+pub fn stop_signal(config: &ContainerConfig, image: &ImageConfig) -> Result<StopSignal> {
+    let asked = Signal::try_from(config.stop_signal).map_err(|_| {
+        SpecError::invalid(format!(
+            "config.stop_signal: unknown signal {}",
+            config.stop_signal
+        ))
+    })?;
+    if asked != Signal::RuntimeDefault {
+        let number = signal_number(asked).ok_or_else(|| {
+            SpecError::invalid(format!(
+                "config.stop_signal: {} has no signal number here",
+                asked.as_str_name()
+            ))
+        })?;
+        return Ok(StopSignal { number, cri: asked });
     }
-    parse_signal(&image.stop_signal).ok_or_else(|| {
+    if image.stop_signal.trim().is_empty() {
+        return Ok(StopSignal {
+            number: 15,
+            cri: Signal::Sigterm,
+        });
+    }
+    let number = parse_signal(&image.stop_signal).ok_or_else(|| {
         SpecError::invalid(format!(
             "image config StopSignal: unknown signal {:?}",
             image.stop_signal
         ))
+    })?;
+    Ok(StopSignal {
+        number,
+        cri: cri_signal_named(&image.stop_signal, number),
     })
 }
 
@@ -354,7 +428,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            process_env(&cfg, &img, "pod-a"),
+            process_env(&cfg, &img, "pod-a").unwrap(),
             s(&[
                 "PATH=/image/bin",
                 "HOSTNAME=image",
@@ -364,7 +438,7 @@ mod tests {
             ])
         );
         cfg.tty = true;
-        let env = process_env(&cfg, &ImageConfig::default(), "pod-a");
+        let env = process_env(&cfg, &ImageConfig::default(), "pod-a").unwrap();
         assert_eq!(
             env,
             s(&[
@@ -376,8 +450,38 @@ mod tests {
                 "EMPTY="
             ])
         );
-        let env = process_env(&ContainerConfig::default(), &ImageConfig::default(), "");
+        let env = process_env(&ContainerConfig::default(), &ImageConfig::default(), "").unwrap();
         assert_eq!(env, s(&[DEFAULT_PATH_ENV]));
+    }
+
+    #[test]
+    fn env_values_must_be_utf8() {
+        let cfg = ContainerConfig {
+            envs: vec![
+                KeyValue {
+                    key: "OK".into(),
+                    value: "caf\u{e9}".into(),
+                },
+                KeyValue {
+                    key: "RAW".into(),
+                    value: vec![b'a', 0xff, b'b'],
+                },
+            ],
+            ..Default::default()
+        };
+        let err = process_env(&cfg, &ImageConfig::default(), "").unwrap_err();
+        assert!(matches!(err, SpecError::InvalidArgument(_)), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("config.envs[1]") && msg.contains("RAW"),
+            "{msg}"
+        );
+        let good = ContainerConfig {
+            envs: cfg.envs[..1].to_vec(),
+            ..Default::default()
+        };
+        let env = process_env(&good, &ImageConfig::default(), "").unwrap();
+        assert_eq!(env.last().map(String::as_str), Some("OK=caf\u{e9}"));
     }
 
     #[test]
@@ -430,13 +534,115 @@ mod tests {
                 stop_signal: input.into(),
                 ..Default::default()
             };
-            assert_eq!(stop_signal(&img).ok(), want, "{input:?}");
+            let got = stop_signal(&ContainerConfig::default(), &img);
+            assert_eq!(got.as_ref().ok().map(|s| s.number), want, "{input:?}");
+            if let Ok(s) = got {
+                // What ContainerStatus reports names the same signal.
+                assert_eq!(signal_number(s.cri), Some(s.number), "{input:?}");
+            }
         }
         let img = ImageConfig {
             stop_signal: "SIGRTMIN+2147483647".into(),
             ..Default::default()
         };
-        let err = stop_signal(&img).unwrap_err().to_string();
+        let err = stop_signal(&ContainerConfig::default(), &img)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("StopSignal"), "{err}");
+    }
+
+    #[test]
+    fn every_cri_signal_has_its_linux_number() {
+        assert_eq!(signal_number(Signal::RuntimeDefault), None);
+        let numbers: Vec<(Signal, i32)> = (1..=65)
+            .map(|v| {
+                let s = Signal::try_from(v).unwrap();
+                (s, signal_number(s).unwrap_or_else(|| panic!("{s:?}")))
+            })
+            .collect();
+        for (s, n) in [
+            (Signal::Sigabrt, 6),
+            (Signal::Sigiot, 6),
+            (Signal::Sigchld, 17),
+            (Signal::Sigcld, 17),
+            (Signal::Sigpoll, 29),
+            (Signal::Sigkill, 9),
+            (Signal::Sigterm, 15),
+            (Signal::Sigusr1, 10),
+            (Signal::Sigrtmin, 34),
+            (Signal::Sigrtminplus1, 35),
+            (Signal::Sigrtminplus15, 49),
+            (Signal::Sigrtmaxminus14, 50),
+            (Signal::Sigrtmaxminus1, 63),
+            (Signal::Sigrtmax, 64),
+        ] {
+            assert!(numbers.contains(&(s, n)), "{s:?} should be {n}");
+        }
+        // Every number 1..=64 but 32 and 33 (glibc's own real-time signals) has a name.
+        for n in (1..=64).filter(|n| *n != 32 && *n != 33) {
+            let s = cri_signal(n).unwrap_or_else(|| panic!("no Signal for {n}"));
+            assert_eq!(signal_number(s), Some(n));
+        }
+        assert_eq!(cri_signal(6), Some(Signal::Sigabrt));
+        assert_eq!(cri_signal(17), Some(Signal::Sigchld));
+        assert_eq!(cri_signal(29), Some(Signal::Sigio));
+        assert_eq!(cri_signal(32), None);
+    }
+
+    #[test]
+    fn stop_signal_order_config_then_image_then_sigterm() {
+        let image = |s: &str| ImageConfig {
+            stop_signal: s.into(),
+            ..Default::default()
+        };
+        let config = |s: Signal| ContainerConfig {
+            stop_signal: s as i32,
+            ..Default::default()
+        };
+        let want = |number, cri| StopSignal { number, cri };
+        // Neither: SIGTERM, reported as SIGTERM (not RUNTIME_DEFAULT, which would tell the
+        // kubelet the runtime does not know the feature).
+        assert_eq!(
+            stop_signal(&ContainerConfig::default(), &image("")).unwrap(),
+            want(15, Signal::Sigterm)
+        );
+        // The image's, by the name it gives.
+        assert_eq!(
+            stop_signal(&ContainerConfig::default(), &image("SIGQUIT")).unwrap(),
+            want(3, Signal::Sigquit)
+        );
+        assert_eq!(
+            stop_signal(&ContainerConfig::default(), &image("iot")).unwrap(),
+            want(6, Signal::Sigiot)
+        );
+        assert_eq!(
+            stop_signal(&ContainerConfig::default(), &image("SIGRTMIN+3")).unwrap(),
+            want(37, Signal::Sigrtminplus3)
+        );
+        assert_eq!(
+            stop_signal(&ContainerConfig::default(), &image("10")).unwrap(),
+            want(10, Signal::Sigusr1)
+        );
+        // The config's wins over the image's, even over one that is not a signal.
+        assert_eq!(
+            stop_signal(&config(Signal::Sigusr2), &image("SIGQUIT")).unwrap(),
+            want(12, Signal::Sigusr2)
+        );
+        assert_eq!(
+            stop_signal(&config(Signal::Sigint), &image("SIGNOPE")).unwrap(),
+            want(2, Signal::Sigint)
+        );
+        assert_eq!(
+            stop_signal(&config(Signal::Sigrtmaxminus2), &image("")).unwrap(),
+            want(62, Signal::Sigrtmaxminus2)
+        );
+        // A number the enum does not have.
+        let bad = ContainerConfig {
+            stop_signal: 66,
+            ..Default::default()
+        };
+        let err = stop_signal(&bad, &image("")).unwrap_err();
+        assert!(matches!(err, SpecError::InvalidArgument(_)), "{err:?}");
+        assert!(err.to_string().contains("config.stop_signal"), "{err}");
     }
 }

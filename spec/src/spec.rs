@@ -210,7 +210,7 @@ pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
 
     // process
     let args = process_args(config, inputs.image)?;
-    let env = process_env(config, inputs.image, &inputs.sandbox.config.hostname);
+    let env = process_env(config, inputs.image, &inputs.sandbox.config.hostname)?;
     let cwd = process_cwd(config, inputs.image);
     let caps = capabilities(sc.capabilities.as_ref(), privileged, &host.bounding_caps)?;
     let policy = SupplementalGroupsPolicy::try_from(sc.supplemental_groups_policy)

@@ -453,20 +453,10 @@ pub async fn remote_command_spdy(
         let (r, _w) = s.split();
         tasks.spawn(copy_out(r, io.stderr));
     }
-    let (mut err_r, _err_w) = error.split();
-    let mut status = Vec::new();
-    (&mut err_r)
-        .take(1024 * 1024)
-        .read_to_end(&mut status)
-        .await?;
-    while let Some(r) = tasks.join_next().await {
-        r.map_err(|e| ClientError::Protocol(e.to_string()))??;
-    }
+    let (err_r, _err_w) = error.split();
+    let result = finish_command(err_r, tasks, version, negotiated).await;
     drop(conn);
-    Ok(CommandResult {
-        protocol: negotiated,
-        outcome: outcome(version, &status)?,
-    })
+    result
 }
 
 /// Runs exec or attach over WebSocket channels (binary or base64, v1 to v5). With v5, the end
@@ -484,12 +474,8 @@ pub async fn remote_command_websocket(
     let (conn, mut readers) = ChannelConn::start(
         socket,
         ChannelOptions {
-            encoding,
-            readable: vec![false, true, true, true, false],
-            accept_close_signals: false,
             send_close_signals: version.close_signal(),
-            receive_budget: spdy::Limits::default().receive_budget,
-            idle_timeout: None,
+            ..ChannelOptions::new(encoding, vec![false, true, true, true, false])
         },
     );
     if let Some(mut src) = io.stdin {
@@ -510,15 +496,30 @@ pub async fn remote_command_websocket(
     };
     tasks.spawn(copy_out(take(&mut readers, channel::STDOUT)?, io.stdout));
     tasks.spawn(copy_out(take(&mut readers, channel::STDERR)?, io.stderr));
+    let result = finish_command(
+        take(&mut readers, channel::ERROR)?,
+        tasks,
+        version,
+        negotiated,
+    )
+    .await;
+    drop(conn);
+    result
+}
+
+/// The end of a remote command, either protocol: reads the status from the error stream,
+/// waits for the output copies and reports. The caller holds the connection until then.
+async fn finish_command(
+    error: impl AsyncRead + Unpin,
+    mut tasks: tokio::task::JoinSet<io::Result<()>>,
+    version: RemoteCommandVersion,
+    negotiated: String,
+) -> Result<CommandResult, ClientError> {
     let mut status = Vec::new();
-    take(&mut readers, channel::ERROR)?
-        .take(1024 * 1024)
-        .read_to_end(&mut status)
-        .await?;
+    error.take(1024 * 1024).read_to_end(&mut status).await?;
     while let Some(r) = tasks.join_next().await {
         r.map_err(|e| ClientError::Protocol(e.to_string()))??;
     }
-    drop(conn);
     Ok(CommandResult {
         protocol: negotiated,
         outcome: outcome(version, &status)?,
@@ -689,17 +690,8 @@ impl WsPortForward {
             WsEncoding::Binary
         };
         let readable = ports.iter().flat_map(|_| [true, true]).collect();
-        let (conn, mut readers) = ChannelConn::start(
-            socket,
-            ChannelOptions {
-                encoding,
-                readable,
-                accept_close_signals: false,
-                send_close_signals: false,
-                receive_budget: spdy::Limits::default().receive_budget,
-                idle_timeout: None,
-            },
-        );
+        let (conn, mut readers) =
+            ChannelConn::start(socket, ChannelOptions::new(encoding, readable));
         let mut out = Vec::with_capacity(ports.len());
         for (i, port) in ports.iter().copied().enumerate() {
             let (Some(mut data_r), Some(mut err_r)) =

@@ -26,6 +26,9 @@ pub struct Config {
     pub stream_idle_timeout: Duration,
     /// HTTP connections served at once; more are closed on accept. Default 512.
     pub max_connections: usize,
+    /// How long [`crate::Server::start`] retries a port another process still holds (a
+    /// predecessor that is exiting) before failing. Default 0: no retry.
+    pub bind_wait: Duration,
 }
 
 impl Default for Config {
@@ -39,6 +42,7 @@ impl Default for Config {
             stream_creation_timeout: Duration::from_secs(30),
             stream_idle_timeout: Duration::from_secs(4 * 60 * 60),
             max_connections: 512,
+            bind_wait: Duration::ZERO,
         }
     }
 }

@@ -94,6 +94,7 @@ use tokio::sync::mpsc;
 
 mod cache;
 mod config;
+mod conn_tasks;
 pub mod mux;
 mod portforward;
 pub mod protocol;

@@ -84,12 +84,8 @@ impl SessionCtx {
         readable: Vec<bool>,
     ) -> ChannelOptions {
         ChannelOptions {
-            encoding,
-            readable,
-            accept_close_signals: false,
-            send_close_signals: false,
-            receive_budget: spdy::Limits::default().receive_budget,
             idle_timeout: Some(self.idle_timeout),
+            ..ChannelOptions::new(encoding, readable)
         }
     }
 }

@@ -64,11 +64,39 @@ impl std::fmt::Debug for Server {
     }
 }
 
+/// Binds `address`, retrying for up to `wait` while the port is in use (logged once): a
+/// predecessor killed a moment ago may still hold it.
+async fn bind_waiting(address: &str, wait: Duration) -> std::io::Result<TcpListener> {
+    let start = std::time::Instant::now();
+    let mut logged = false;
+    loop {
+        match TcpListener::bind(address).await {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && start.elapsed() < wait => {
+                if !logged {
+                    tracing::warn!(%address, error = %e, wait_s = wait.as_secs_f64(), "the streaming port is held by another process (a peapod still exiting?); waiting for it");
+                    logged = true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && !wait.is_zero() => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "still in use after waiting {:.1}s: {e}",
+                        start.elapsed().as_secs_f64()
+                    ),
+                ))
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Server {
     /// Binds `cfg.address`, loads TLS if configured, and starts accepting connections.
     pub async fn start(cfg: Config, runtime: Arc<dyn Runtime>) -> Result<Server, Error> {
         let acceptor = cfg.tls.as_ref().map(tls::acceptor).transpose()?;
-        let listener = TcpListener::bind(&cfg.address)
+        let listener = bind_waiting(&cfg.address, cfg.bind_wait)
             .await
             .map_err(|source| Error::Bind {
                 address: cfg.address.clone(),
@@ -586,6 +614,17 @@ fn ws_negotiate(
     Ok((chosen, resp))
 }
 
+/// The answer to a streaming request that asks for neither WebSocket nor SPDY.
+fn no_upgrade_headers() -> (HttpResponse, Option<Pending>) {
+    (
+        reply(
+            StatusCode::BAD_REQUEST,
+            "unable to upgrade: missing upgrade headers in request",
+        ),
+        None,
+    )
+}
+
 fn command_upgrade(
     headers: &HeaderMap,
     cmd: Command,
@@ -620,13 +659,7 @@ fn command_upgrade(
             Err(resp) => (*resp, None),
         }
     } else {
-        (
-            reply(
-                StatusCode::BAD_REQUEST,
-                "unable to upgrade: missing upgrade headers in request",
-            ),
-            None,
-        )
+        no_upgrade_headers()
     }
 }
 
@@ -714,13 +747,7 @@ fn port_forward_upgrade(
             Err(resp) => (*resp, None),
         }
     } else {
-        (
-            reply(
-                StatusCode::BAD_REQUEST,
-                "unable to upgrade: missing upgrade headers in request",
-            ),
-            None,
-        )
+        no_upgrade_headers()
     }
 }
 

@@ -10,17 +10,15 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use bytes::{Buf, Bytes};
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -28,6 +26,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::PollSender;
 use tracing::{debug, trace, warn};
 
+use crate::conn_tasks::{Activity, Tasks};
 use crate::mux::{self, Budget, InboundReader, InboundSender};
 use crate::protocol::{channel::CLOSE, WsEncoding};
 
@@ -148,6 +147,21 @@ pub struct ChannelOptions {
     pub idle_timeout: Option<Duration>,
 }
 
+impl ChannelOptions {
+    /// Channels with `encoding`, `readable` as given: no close signals either way, the
+    /// default receive budget, no idle timeout.
+    pub fn new(encoding: WsEncoding, readable: Vec<bool>) -> ChannelOptions {
+        ChannelOptions {
+            encoding,
+            readable,
+            accept_close_signals: false,
+            send_close_signals: false,
+            receive_budget: crate::spdy::Limits::default().receive_budget,
+            idle_timeout: None,
+        }
+    }
+}
+
 enum Out {
     Msg(Message),
     Close,
@@ -156,41 +170,9 @@ enum Out {
 struct Shared {
     out: mpsc::Sender<Out>,
     closed: watch::Sender<bool>,
-    started: Instant,
-    last_ms: AtomicU64,
+    activity: Activity,
     encoding: WsEncoding,
     send_close_signals: bool,
-}
-
-impl Shared {
-    fn touch(&self) {
-        self.last_ms
-            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-
-    fn idle_for(&self) -> Duration {
-        let now = self.started.elapsed().as_millis() as u64;
-        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Relaxed)))
-    }
-}
-
-struct Tasks {
-    reader: Mutex<Option<JoinHandle<()>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    watchdog: Option<JoinHandle<()>>,
-}
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for slot in [&self.reader, &self.writer] {
-            if let Some(h) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                h.abort();
-            }
-        }
-        if let Some(h) = &self.watchdog {
-            h.abort();
-        }
-    }
 }
 
 /// A WebSocket carrying numbered channels. Its tasks stop when the last handle is dropped.
@@ -223,8 +205,7 @@ impl ChannelConn {
         let shared = Arc::new(Shared {
             out: out_tx,
             closed: watch::channel(false).0,
-            started: Instant::now(),
-            last_ms: AtomicU64::new(0),
+            activity: Activity::new(),
             encoding: opts.encoding,
             send_close_signals: opts.send_close_signals,
         });
@@ -251,25 +232,15 @@ impl ChannelConn {
         let watchdog = opts.idle_timeout.map(|idle| {
             let shared = shared.clone();
             tokio::spawn(async move {
-                loop {
-                    let quiet = shared.idle_for();
-                    if quiet >= idle {
-                        warn!("WebSocket idle for {quiet:?}; closing it");
-                        let _ = shared.out.try_send(Out::Close);
-                        shared.closed.send_replace(true);
-                        return;
-                    }
-                    tokio::time::sleep(idle - quiet).await;
-                }
+                let quiet = shared.activity.quiet_for(idle).await;
+                warn!("WebSocket idle for {quiet:?}; closing it");
+                let _ = shared.out.try_send(Out::Close);
+                shared.closed.send_replace(true);
             })
         });
         let conn = ChannelConn {
             shared,
-            tasks: Arc::new(Tasks {
-                reader: Mutex::new(Some(reader)),
-                writer: Mutex::new(Some(writer)),
-                watchdog,
-            }),
+            tasks: Arc::new(Tasks::new(reader, writer, watchdog)),
         };
         (conn, readers)
     }
@@ -304,32 +275,11 @@ impl ChannelConn {
     /// Sends a normal Close after everything queued, then waits up to `linger` for the
     /// peer's Close (so the peer reads all our messages before the socket goes away).
     pub async fn close(&self, linger: Duration) {
-        let writer = self
-            .tasks
-            .writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let mut reader = self
-            .tasks
-            .reader
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let graceful = async {
+        let goodbye = async {
             let _ = self.shared.out.send(Out::Close).await;
-            if let Some(w) = writer {
-                let _ = w.await;
-            }
-            if let Some(r) = reader.as_mut() {
-                let _ = r.await;
-            }
         };
-        if tokio::time::timeout(linger, graceful).await.is_err() {
+        if !self.tasks.close(goodbye, linger).await {
             debug!("WebSocket peer did not close within {linger:?}");
-        }
-        if let Some(r) = reader {
-            r.abort();
         }
         self.shared.closed.send_replace(true);
     }
@@ -352,7 +302,7 @@ async fn read_loop<S>(
                 break;
             }
         };
-        shared.touch();
+        shared.activity.touch();
         let payload: &[u8] = match &msg {
             Message::Binary(b) => b,
             Message::Text(t) => t.as_bytes(),
@@ -430,7 +380,7 @@ async fn write_loop<S>(
                 return Ok(());
             }
             sink.flush().await?;
-            shared.touch();
+            shared.activity.touch();
         }
         Ok(())
     }

@@ -6,8 +6,8 @@
 use crate::daemon::bin_dir;
 use crate::host;
 use crate::slot::Slot;
-use peapod::client::Cri;
 use peapod_image::testsupport::{oci_archive, ImageSpec};
+use peapod_uds::client::Cri;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -343,3 +343,21 @@ impl Drop for Containerd {
 
 /// The containerd namespaces the tests run containers in through containerd's own API.
 const CGROUP_NAMESPACES: [&str; 2] = ["peapod-ctr", "peapod-client"];
+
+impl crate::pods::CriServer for Containerd {
+    fn cri(&mut self) -> &mut Cri {
+        &mut self.cri
+    }
+
+    fn cgroup_parent(&self) -> &str {
+        &self.cgroup_parent
+    }
+
+    fn logs_root(&self) -> PathBuf {
+        self.dir.path().join("logs")
+    }
+
+    fn server_log(&self) -> String {
+        self.log()
+    }
+}

@@ -3,8 +3,8 @@
 
 use crate::host;
 use crate::slot::Slot;
-use peapod::client::Cri;
 use peapod_proto::v1 as cri;
+use peapod_uds::client::Cri;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,7 +54,8 @@ pub struct TestDaemon {
     pub gateway: String,
     pub cgroup_parent: String,
     pub cri: Cri,
-    /// `PEAPOD_FAILPOINTS` for the next (re)start (see cri/src/failpoint.rs).
+    /// `PEAPOD_FAILPOINTS` for the next (re)start (see daemon/src/failpoint.rs): set, the daemon
+    /// started is the test daemon `peapod-failpoints`.
     pub failpoints: Option<String>,
     child: Option<Child>,
     name: String,
@@ -155,6 +156,31 @@ impl TestDaemon {
         self.child = Some(spawn_daemon(&self.dir, self.failpoints.as_deref()));
         self.cri = wait_for_socket(&self.socket, &self.dir).await;
         true
+    }
+
+    /// Starts the daemon process again on the same directories and returns at once, without
+    /// waiting for it to serve (see `wait_serving`, `wait_daemon_exit`).
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "the daemon is still running");
+        self.child = Some(spawn_daemon(&self.dir, self.failpoints.as_deref()));
+    }
+
+    /// Waits for the daemon started by `spawn` to serve.
+    pub async fn wait_serving(&mut self) {
+        self.cri = wait_for_socket(&self.socket, &self.dir).await;
+    }
+
+    /// SIGKILL, and nothing else: the process may still be dying (holding its locks and
+    /// ports) when this returns, as after `kill -9 PID` in a shell. It is reaped later.
+    pub fn kill_daemon_without_waiting(&mut self) -> Option<Child> {
+        let mut child = self.child.take()?;
+        let _ = child.kill();
+        Some(child)
+    }
+
+    /// The configuration file this daemon reads (tests may edit it between restarts).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("config.toml")
     }
 
     /// Waits up to `limit` for the daemon to end by itself (a failpoint's exit); true if it
@@ -306,10 +332,15 @@ fn spawn_daemon(dir: &Path, failpoints: Option<&str>) -> Child {
         .append(true)
         .open(dir.join("daemon.log"))
         .expect("open daemon log");
-    let mut cmd = Command::new(bin_dir().join("peapod"));
-    match failpoints {
-        Some(f) => cmd.env("PEAPOD_FAILPOINTS", f),
-        None => cmd.env_remove("PEAPOD_FAILPOINTS"),
+    // Crash points exist only in the test daemon (tests/src/bin/peapod-failpoints.rs), never
+    // in the `peapod` users run.
+    let mut cmd = match failpoints {
+        Some(f) => {
+            let mut cmd = Command::new(bin_dir().join("peapod-failpoints"));
+            cmd.env("PEAPOD_FAILPOINTS", f);
+            cmd
+        }
+        None => Command::new(bin_dir().join("peapod")),
     };
     cmd.arg("serve")
         .arg("--config")

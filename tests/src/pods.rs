@@ -63,21 +63,17 @@ impl TestDaemon {
         name: &str,
         tweak: impl FnOnce(&mut cri::PodSandboxConfig),
     ) -> Pod {
-        let mut config = sandbox_config(name, &self.cgroup_parent);
-        tweak(&mut config);
-        config.log_directory = self.dir.join("logs").join(name).display().to_string();
-        let id = self
-            .cri
-            .runtime
-            .run_pod_sandbox(cri::RunPodSandboxRequest {
-                config: Some(config.clone()),
-                runtime_handler: String::new(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}\n{}", self.log()))
-            .into_inner()
-            .pod_sandbox_id;
-        Pod { id, config }
+        run_pod_in(self, name, tweak).await
+    }
+
+    /// RunPodSandbox with a runtime handler, after `tweak` changed the config.
+    pub async fn run_pod_on(
+        &mut self,
+        name: &str,
+        runtime_handler: &str,
+        tweak: impl FnOnce(&mut cri::PodSandboxConfig),
+    ) -> Result<Pod, tonic::Status> {
+        try_run_pod_in(self, name, runtime_handler, tweak).await
     }
 
     pub async fn create(
@@ -85,56 +81,20 @@ impl TestDaemon {
         pod: &Pod,
         config: cri::ContainerConfig,
     ) -> Result<String, tonic::Status> {
-        self.cri
-            .runtime
-            .create_container(cri::CreateContainerRequest {
-                pod_sandbox_id: pod.id.clone(),
-                config: Some(config),
-                sandbox_config: Some(pod.config.clone()),
-            })
-            .await
-            .map(|r| r.into_inner().container_id)
+        create_in(self, pod, config).await
     }
 
     pub async fn start_container(&mut self, id: &str) -> Result<(), tonic::Status> {
-        self.cri
-            .runtime
-            .start_container(cri::StartContainerRequest {
-                container_id: id.to_string(),
-            })
-            .await
-            .map(|_| ())
+        start_in(self, id).await
     }
 
     /// Creates and starts; panics with the daemon log on failure.
     pub async fn run_container(&mut self, pod: &Pod, config: cri::ContainerConfig) -> String {
-        let name = config
-            .metadata
-            .as_ref()
-            .map(|m| m.name.clone())
-            .unwrap_or_default();
-        let id = match self.create(pod, config).await {
-            Ok(id) => id,
-            Err(e) => panic!("CreateContainer {name}: {e}\n{}", self.log()),
-        };
-        if let Err(e) = self.start_container(&id).await {
-            panic!("StartContainer {name}: {e}\n{}", self.log());
-        }
-        id
+        run_container_in(self, pod, config).await
     }
 
     pub async fn container_status(&mut self, id: &str) -> cri::ContainerStatus {
-        self.cri
-            .runtime
-            .container_status(cri::ContainerStatusRequest {
-                container_id: id.to_string(),
-                verbose: false,
-            })
-            .await
-            .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
-            .into_inner()
-            .status
-            .expect("status")
+        container_status_in(self, id).await
     }
 
     /// The verbose `info` of ContainerStatus (pid, rootfs, runtime spec, ...).
@@ -205,21 +165,186 @@ impl TestDaemon {
     }
 
     pub async fn remove_pod(&mut self, pod: &Pod) {
-        self.cri
-            .runtime
-            .stop_pod_sandbox(cri::StopPodSandboxRequest {
-                pod_sandbox_id: pod.id.clone(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("StopPodSandbox: {e}\n{}", self.log()));
-        self.cri
-            .runtime
-            .remove_pod_sandbox(cri::RemovePodSandboxRequest {
-                pod_sandbox_id: pod.id.clone(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("RemovePodSandbox: {e}\n{}", self.log()));
+        remove_pod_in(self, pod).await
     }
+}
+
+/// A CRI server under test, peapod's daemon or containerd running the peapod shim: what the
+/// pod helpers `*_in` need of it.
+pub trait CriServer {
+    fn cri(&mut self) -> &mut crate::Cri;
+    fn cgroup_parent(&self) -> &str;
+    /// Where pods' CRI logs go: `<logs_root>/<pod name>/`.
+    fn logs_root(&self) -> PathBuf;
+    /// The server's own log, for failure messages.
+    fn server_log(&self) -> String;
+}
+
+impl CriServer for TestDaemon {
+    fn cri(&mut self) -> &mut crate::Cri {
+        &mut self.cri
+    }
+
+    fn cgroup_parent(&self) -> &str {
+        &self.cgroup_parent
+    }
+
+    fn logs_root(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    fn server_log(&self) -> String {
+        self.log()
+    }
+}
+
+/// Runs pod `name` in `s` (logs under [`CriServer::logs_root`]) after `tweak` changed its
+/// config; panics with the server's log on failure.
+pub async fn run_pod_in(
+    s: &mut impl CriServer,
+    name: &str,
+    tweak: impl FnOnce(&mut cri::PodSandboxConfig),
+) -> Pod {
+    try_run_pod_in(s, name, "", tweak)
+        .await
+        .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}\n{}", s.server_log()))
+}
+
+/// RunPodSandbox of pod `name` in `s` with `runtime_handler` ("": the default), after `tweak`
+/// changed its config.
+pub async fn try_run_pod_in(
+    s: &mut impl CriServer,
+    name: &str,
+    runtime_handler: &str,
+    tweak: impl FnOnce(&mut cri::PodSandboxConfig),
+) -> Result<Pod, tonic::Status> {
+    let mut config = sandbox_config(name, s.cgroup_parent());
+    tweak(&mut config);
+    config.log_directory = s.logs_root().join(name).display().to_string();
+    let id = s
+        .cri()
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: runtime_handler.into(),
+        })
+        .await?
+        .into_inner()
+        .pod_sandbox_id;
+    Ok(Pod { id, config })
+}
+
+pub async fn create_in(
+    s: &mut impl CriServer,
+    pod: &Pod,
+    config: cri::ContainerConfig,
+) -> Result<String, tonic::Status> {
+    s.cri()
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.id.clone(),
+            config: Some(config),
+            sandbox_config: Some(pod.config.clone()),
+        })
+        .await
+        .map(|r| r.into_inner().container_id)
+}
+
+pub async fn start_in(s: &mut impl CriServer, id: &str) -> Result<(), tonic::Status> {
+    s.cri()
+        .runtime
+        .start_container(cri::StartContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await
+        .map(|_| ())
+}
+
+/// Creates and starts a container in `pod`; panics with the server's log on failure.
+pub async fn run_container_in(
+    s: &mut impl CriServer,
+    pod: &Pod,
+    config: cri::ContainerConfig,
+) -> String {
+    let name = config
+        .metadata
+        .as_ref()
+        .map(|m| m.name.clone())
+        .unwrap_or_default();
+    let id = match create_in(s, pod, config).await {
+        Ok(id) => id,
+        Err(e) => panic!("CreateContainer {name}: {e}\n{}", s.server_log()),
+    };
+    if let Err(e) = start_in(s, &id).await {
+        panic!("StartContainer {name}: {e}\n{}", s.server_log());
+    }
+    id
+}
+
+pub async fn container_status_in(s: &mut impl CriServer, id: &str) -> cri::ContainerStatus {
+    s.cri()
+        .runtime
+        .container_status(cri::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
+        .into_inner()
+        .status
+        .expect("status")
+}
+
+/// ExecSync of `cmd` (30 s timeout); panics with the server's log on failure.
+pub async fn exec_sync_in(s: &mut impl CriServer, id: &str, cmd: &[&str]) -> cri::ExecSyncResponse {
+    let result = s
+        .cri()
+        .runtime
+        .exec_sync(cri::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd: cmd.iter().map(|c| c.to_string()).collect(),
+            timeout: 30,
+        })
+        .await;
+    match result {
+        Ok(r) => r.into_inner(),
+        Err(e) => panic!("ExecSync {cmd:?} in {id}: {e}\n{}", s.server_log()),
+    }
+}
+
+/// `config` with its pod's namespace options, as the kubelet (and critest) send them.
+pub fn in_pod(pod: &Pod, mut config: cri::ContainerConfig) -> cri::ContainerConfig {
+    let ns = pod
+        .config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone());
+    config
+        .linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options = ns;
+    config
+}
+
+/// Stops and removes `pod`; panics with the server's log on failure.
+pub async fn remove_pod_in(s: &mut impl CriServer, pod: &Pod) {
+    s.cri()
+        .runtime
+        .stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("StopPodSandbox: {e}\n{}", s.server_log()));
+    s.cri()
+        .runtime
+        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("RemovePodSandbox: {e}\n{}", s.server_log()));
 }
 
 #[derive(Debug, Clone)]

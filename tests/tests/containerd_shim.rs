@@ -3,9 +3,11 @@
 //! runc, overlay mounts and CNI. Needs `containerd` installed and the workspace built.
 
 use e2e::containerd::{Containerd, BUSYBOX};
-use e2e::fixtures::sandbox_config;
 use e2e::host;
-use e2e::pods::{read_log, sh, stdout_text};
+use e2e::pods::{
+    container_status_in, exec_sync_in, read_log, remove_pod_in, run_container_in, run_pod_in, sh,
+    stdout_text,
+};
 use peapod_proto::v1 as cri;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -14,65 +16,6 @@ use std::time::{Duration, Instant};
 /// the wait ends as soon as the thing happens).
 const LIMIT: Duration = Duration::from_secs(60);
 
-async fn run_pod(ctd: &mut Containerd, name: &str) -> (String, cri::PodSandboxConfig) {
-    let mut config = sandbox_config(name, &ctd.cgroup_parent);
-    config.log_directory = ctd.dir.path().join("logs").join(name).display().to_string();
-    let id = ctd
-        .cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}\n{}", ctd.log()))
-        .into_inner()
-        .pod_sandbox_id;
-    (id, config)
-}
-
-async fn create_and_start(
-    ctd: &mut Containerd,
-    pod: &str,
-    pod_config: &cri::PodSandboxConfig,
-    config: cri::ContainerConfig,
-) -> String {
-    let id = ctd
-        .cri
-        .runtime
-        .create_container(cri::CreateContainerRequest {
-            pod_sandbox_id: pod.to_string(),
-            config: Some(config),
-            sandbox_config: Some(pod_config.clone()),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", ctd.log()))
-        .into_inner()
-        .container_id;
-    ctd.cri
-        .runtime
-        .start_container(cri::StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", ctd.log()));
-    id
-}
-
-async fn status(ctd: &mut Containerd, id: &str) -> cri::ContainerStatus {
-    ctd.cri
-        .runtime
-        .container_status(cri::ContainerStatusRequest {
-            container_id: id.to_string(),
-            verbose: false,
-        })
-        .await
-        .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}"))
-        .into_inner()
-        .status
-        .expect("status")
-}
-
 async fn wait_state(
     ctd: &mut Containerd,
     id: &str,
@@ -80,7 +23,7 @@ async fn wait_state(
 ) -> cri::ContainerStatus {
     let deadline = Instant::now() + LIMIT;
     loop {
-        let st = status(ctd, id).await;
+        let st = container_status_in(ctd, id).await;
         if st.state == state as i32 {
             return st;
         }
@@ -94,7 +37,7 @@ async fn wait_state(
 }
 
 async fn wait_log(ctd: &mut Containerd, id: &str, needle: &str) -> String {
-    let path = PathBuf::from(status(ctd, id).await.log_path);
+    let path = PathBuf::from(container_status_in(ctd, id).await.log_path);
     let deadline = Instant::now() + LIMIT;
     loop {
         let text = stdout_text(&read_log(&path));
@@ -108,19 +51,6 @@ async fn wait_log(ctd: &mut Containerd, id: &str, needle: &str) -> String {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn exec_sync(ctd: &mut Containerd, id: &str, cmd: &[&str]) -> cri::ExecSyncResponse {
-    ctd.cri
-        .runtime
-        .exec_sync(cri::ExecSyncRequest {
-            container_id: id.to_string(),
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 30,
-        })
-        .await
-        .unwrap_or_else(|e| panic!("ExecSync {cmd:?}: {e}\n{}", ctd.log()))
-        .into_inner()
 }
 
 async fn remove_container(ctd: &mut Containerd, id: &str) {
@@ -139,23 +69,6 @@ async fn remove_container(ctd: &mut Containerd, id: &str) {
         })
         .await
         .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e}\n{}", ctd.log()));
-}
-
-async fn remove_pod(ctd: &mut Containerd, pod: &str) {
-    ctd.cri
-        .runtime
-        .stop_pod_sandbox(cri::StopPodSandboxRequest {
-            pod_sandbox_id: pod.to_string(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("StopPodSandbox: {e}\n{}", ctd.log()));
-    ctd.cri
-        .runtime
-        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
-            pod_sandbox_id: pod.to_string(),
-        })
-        .await
-        .unwrap_or_else(|e| panic!("RemovePodSandbox: {e}\n{}", ctd.log()));
 }
 
 /// The ttrpc address a bundle's shim serves (the `address` file containerd reads back).
@@ -202,11 +115,11 @@ fn leftovers(ctd: &Containerd) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_under_containerd_with_the_peapod_shim() {
     let mut ctd = Containerd::start("peapod").await;
-    let (pod, pod_config) = run_pod(&mut ctd, "ctd-pod").await;
+    let pod = run_pod_in(&mut ctd, "ctd-pod", |_| {}).await;
 
     // The pod's shim is ours: containerd started containerd-shim-peapod-v2, which is
     // peapod-shim under its containerd name.
-    let sandbox_bundle = ctd.bundle(&pod);
+    let sandbox_bundle = ctd.bundle(&pod.id);
     let address = shim_address(&sandbox_bundle);
     let shim_pid: u32 = std::fs::read_to_string(sandbox_bundle.join("shim.pid"))
         .expect("shim.pid")
@@ -223,10 +136,9 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
     assert!(exe.ends_with("peapod-shim"), "{}", exe.display());
 
     // A container: its output reaches containerd's CRI log; it joins the pod's shim.
-    let app = create_and_start(
+    let app = run_container_in(
         &mut ctd,
         &pod,
-        &pod_config,
         sh(
             "app",
             BUSYBOX,
@@ -238,7 +150,9 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
     assert_eq!(ctd.shims(), vec![shim_pid], "one shim process for the pod");
     let text = wait_log(&mut ctd, &app, "hello-from-peapod").await;
     assert!(text.contains("hello-from-peapod\n"), "{text:?}");
-    let log = read_log(Path::new(&status(&mut ctd, &app).await.log_path));
+    let log = read_log(Path::new(
+        &container_status_in(&mut ctd, &app).await.log_path,
+    ));
     assert!(
         log.iter()
             .any(|l| l.stream == "stderr" && l.text == "to-stderr"),
@@ -252,7 +166,7 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
     );
 
     // Exec: output and exit code.
-    let out = exec_sync(
+    let out = exec_sync_in(
         &mut ctd,
         &app,
         &["sh", "-c", "echo exec-out; echo exec-err >&2; exit 3"],
@@ -262,7 +176,7 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
     assert_eq!(String::from_utf8_lossy(&out.stderr), "exec-err\n");
     assert_eq!(out.exit_code, 3);
     // The exec joined the pod's namespaces (the pod's hostname).
-    let out = exec_sync(&mut ctd, &app, &["hostname"]).await;
+    let out = exec_sync_in(&mut ctd, &app, &["hostname"]).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ctd-pod\n");
 
     // Stats: containerd decodes the shim's cgroup v1 metrics.
@@ -296,7 +210,7 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
         })
         .await
         .unwrap_or_else(|e| panic!("UpdateContainerResources: {e}\n{}", ctd.log()));
-    let out = exec_sync(
+    let out = exec_sync_in(
         &mut ctd,
         &app,
         &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"],
@@ -308,7 +222,7 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
     );
 
     // A container that exits on its own: its exit code reaches containerd.
-    let done = create_and_start(&mut ctd, &pod, &pod_config, sh("done", BUSYBOX, "exit 7")).await;
+    let done = run_container_in(&mut ctd, &pod, sh("done", BUSYBOX, "exit 7")).await;
     let st = wait_state(&mut ctd, &done, cri::ContainerState::ContainerExited).await;
     assert_eq!(st.exit_code, 7, "{st:?}");
     assert_eq!(st.reason, "Error", "{st:?}");
@@ -322,7 +236,7 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
         }),
         ..Default::default()
     });
-    let oom = create_and_start(&mut ctd, &pod, &pod_config, oom).await;
+    let oom = run_container_in(&mut ctd, &pod, oom).await;
     let st = wait_state(&mut ctd, &oom, cri::ContainerState::ContainerExited).await;
     assert_eq!(st.reason, "OOMKilled", "{st:?}");
     assert_eq!(st.exit_code, 137, "{st:?}");
@@ -345,7 +259,7 @@ async fn pods_run_under_containerd_with_the_peapod_shim() {
         !host::mounts_under(&rootfs).contains(&rootfs),
         "rootfs still mounted after removal"
     );
-    remove_pod(&mut ctd, &pod).await;
+    remove_pod_in(&mut ctd, &pod).await;
     wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
     assert_eq!(leftovers(&ctd), Vec::<String>::new());
 }
@@ -370,18 +284,16 @@ async fn container_pid(ctd: &mut Containerd, id: &str) -> i32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_survive_containerd_killed_and_restarted() {
     let mut ctd = Containerd::start("peapod").await;
-    let (pod, pod_config) = run_pod(&mut ctd, "ctd-crash").await;
-    let keep = create_and_start(
+    let pod = run_pod_in(&mut ctd, "ctd-crash", |_| {}).await;
+    let keep = run_container_in(
         &mut ctd,
         &pod,
-        &pod_config,
         sh("keep", BUSYBOX, "echo before; exec sleep 100000"),
     )
     .await;
-    let quit = create_and_start(
+    let quit = run_container_in(
         &mut ctd,
         &pod,
-        &pod_config,
         sh(
             "quit",
             BUSYBOX,
@@ -391,10 +303,9 @@ async fn pods_survive_containerd_killed_and_restarted() {
     .await;
     // Writes all the time, also while containerd is down: the shim holds its FIFOs open, so
     // the writes do not meet a FIFO without readers (SIGPIPE) meanwhile.
-    let ticker = create_and_start(
+    let ticker = run_container_in(
         &mut ctd,
         &pod,
-        &pod_config,
         sh(
             "ticker",
             BUSYBOX,
@@ -408,7 +319,7 @@ async fn pods_survive_containerd_killed_and_restarted() {
     let quit_pid = container_pid(&mut ctd, &quit).await;
     let shims = ctd.shims();
     assert_eq!(shims.len(), 1, "one shim for the pod: {shims:?}");
-    let address = shim_address(&ctd.bundle(&pod));
+    let address = shim_address(&ctd.bundle(&pod.id));
 
     // containerd dies; the shim and the containers do not.
     ctd.kill();
@@ -438,7 +349,7 @@ async fn pods_survive_containerd_killed_and_restarted() {
         "containerd reconnected to the same shim"
     );
     assert_eq!(
-        status(&mut ctd, &ticker).await.state,
+        container_status_in(&mut ctd, &ticker).await.state,
         cri::ContainerState::ContainerRunning as i32,
         "the ticker died while containerd was down"
     );
@@ -446,7 +357,7 @@ async fn pods_survive_containerd_killed_and_restarted() {
     let next = format!("tick-{}\n", ticks_before + 20);
     wait_log(&mut ctd, &ticker, &next).await;
     assert_eq!(
-        status(&mut ctd, &keep).await.state,
+        container_status_in(&mut ctd, &keep).await.state,
         cri::ContainerState::ContainerRunning as i32
     );
     let st = wait_state(&mut ctd, &quit, cri::ContainerState::ContainerExited).await;
@@ -455,13 +366,13 @@ async fn pods_survive_containerd_killed_and_restarted() {
         "the exit during the outage is reported: {st:?}"
     );
     // The running container is fully usable through the restarted containerd.
-    let out = exec_sync(&mut ctd, &keep, &["echo", "after"]).await;
+    let out = exec_sync_in(&mut ctd, &keep, &["echo", "after"]).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "after\n");
 
     for id in [&keep, &quit, &ticker] {
         remove_container(&mut ctd, id).await;
     }
-    remove_pod(&mut ctd, &pod).await;
+    remove_pod_in(&mut ctd, &pod).await;
     wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
     assert_eq!(leftovers(&ctd), Vec::<String>::new());
 }
@@ -469,16 +380,10 @@ async fn pods_survive_containerd_killed_and_restarted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
     let mut ctd = Containerd::start("peapod").await;
-    let (pod, pod_config) = run_pod(&mut ctd, "ctd-shimkill").await;
-    let app = create_and_start(
-        &mut ctd,
-        &pod,
-        &pod_config,
-        sh("app", BUSYBOX, "exec sleep 100000"),
-    )
-    .await;
+    let pod = run_pod_in(&mut ctd, "ctd-shimkill", |_| {}).await;
+    let app = run_container_in(&mut ctd, &pod, sh("app", BUSYBOX, "exec sleep 100000")).await;
     let app_pid = container_pid(&mut ctd, &app).await;
-    let socket = socket_of(&shim_address(&ctd.bundle(&pod)));
+    let socket = socket_of(&shim_address(&ctd.bundle(&pod.id)));
     let shims = ctd.shims();
     assert_eq!(shims.len(), 1, "{shims:?}");
     // SAFETY: kill has no memory-safety preconditions.
@@ -493,7 +398,7 @@ async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
     // containerd's cleanup of each dead task runs in the background: the delete action, then
     // the bundle's removal.
     let deadline = Instant::now() + LIMIT;
-    while ctd.bundle(&pod).exists() || ctd.bundle(&app).exists() {
+    while ctd.bundle(&pod.id).exists() || ctd.bundle(&app).exists() {
         assert!(
             Instant::now() < deadline,
             "containerd did not finish its cleanup:\n{}",
@@ -518,7 +423,7 @@ async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
         "the container's process still runs: {stat}"
     );
     remove_container(&mut ctd, &app).await;
-    remove_pod(&mut ctd, &pod).await;
+    remove_pod_in(&mut ctd, &pod).await;
     assert_eq!(leftovers(&ctd), Vec::<String>::new());
 }
 

@@ -168,7 +168,7 @@ async fn command_args_env_workdir_and_user_merge_with_the_image() {
             .iter()
             .map(|(k, v)| cri::KeyValue {
                 key: k.to_string(),
-                value: v.to_string(),
+                value: v.as_bytes().to_vec(),
             })
             .collect();
         c.working_dir = case.workdir.to_string();

@@ -678,3 +678,113 @@ async fn orphans_no_record_claims_are_removed_at_start() {
     let left = d.leftovers();
     assert!(left.is_empty(), "{left:#?}");
 }
+
+// ---- the binary users run has no crash points -------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peapod_users_run_ignores_peapod_failpoints() {
+    // Inherited by the daemon this test starts (and harmless to the other tests': only the
+    // test daemon peapod-failpoints reads it, and it is given its own value).
+    std::env::set_var("PEAPOD_FAILPOINTS", "sandbox.run.after-record=exit");
+    let mut d = TestDaemon::start("fnofp").await;
+    let pod = d.run_pod("armed").await;
+    assert!(
+        !d.wait_daemon_exit(Duration::from_millis(200)),
+        "the daemon is still running"
+    );
+    assert!(!d.log().contains("failpoint"), "{}", d.log());
+    d.remove_pod(&pod).await;
+    std::env::remove_var("PEAPOD_FAILPOINTS");
+    let left = d.leftovers();
+    assert!(left.is_empty(), "{left:#?}");
+}
+
+// ---- helpers a dead daemon left running ---------------------------------------------------
+
+/// A CNI plugin in the middle of ADD when the daemon is killed goes on by itself; recovery
+/// kills it before its rollback (CNI DEL, unpin), or it would make its veth and reserve its
+/// address after DEL ran, and both would stay for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cni_plugin_left_running_by_a_killed_daemon_is_killed_before_the_rollback() {
+    let bin = tempfile::tempdir().unwrap();
+    let marker = bin.path().join("orphan-went-on");
+    let bridge = ["/usr/lib/cni/bridge", "/opt/cni/bin/bridge"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("the bridge plugin");
+    let script = bin.path().join("slowbridge");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ \"$CNI_COMMAND\" = ADD ]; then sleep 3; touch {m}; fi\nexec {bridge}\n",
+            m = marker.display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut d = TestDaemon::start_with(
+        "forphcni",
+        e2e::DaemonOptions {
+            extra_cni_bin: Some(bin.path().to_path_buf()),
+            conflist: Some(
+                r#"{"cniVersion":"1.0.0","name":"e2e-{bridge}","plugins":[
+                {"type":"slowbridge","bridge":"{bridge}","isGateway":true,"ipMasq":false,
+                 "ipam":{"type":"host-local","ranges":[[{"subnet":"{subnet}"}]],"dataDir":"{dir}/ipam"}}]}"#
+                    .into(),
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut config = e2e::fixtures::sandbox_config("orphaned", &d.cgroup_parent);
+    config.log_directory = d.dir.join("logs").display().to_string();
+    let call = {
+        let mut cri = d.cri.clone();
+        tokio::spawn(async move {
+            cri.runtime
+                .run_pod_sandbox(cri::RunPodSandboxRequest {
+                    config: Some(config),
+                    runtime_handler: String::new(),
+                })
+                .await
+        })
+    };
+    // The plugin is in its ADD (sleeping) when the daemon dies.
+    let state = d.state.display().to_string();
+    let deadline = std::time::Instant::now() + WAIT;
+    while host::processes_with("slowbridge").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the plugin never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    d.kill_daemon();
+    let _ = call.await;
+    d.restart().await;
+    assert!(
+        d.log()
+            .contains("killing a helper a dead daemon left running"),
+        "{}",
+        d.log()
+    );
+    // Had it gone on, it would have finished its ADD by now.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !marker.exists(),
+        "the orphaned plugin was killed before it went on"
+    );
+    assert!(host::processes_with("slowbridge").is_empty());
+    let pods = d
+        .cri
+        .runtime
+        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert!(pods.is_empty(), "rolled back: {pods:?}");
+    let left = d.leftovers();
+    assert!(left.is_empty(), "{left:#?}\n{}", d.log());
+    let _ = state;
+}

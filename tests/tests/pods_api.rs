@@ -38,7 +38,7 @@ async fn env(name: &str, extra: &str) -> Env {
     .await;
     let images = Images::start();
     let image = images.push("busybox:pods", &busybox());
-    let channel = peapod::client::channel(&d.socket).await.unwrap();
+    let channel = peapod_uds::client::channel(&d.socket).await.unwrap();
     Env {
         d,
         pods: PodsClient::new(channel),
@@ -582,7 +582,7 @@ async fn a_failing_liveness_probe_restarts_the_container_and_keeps_doing_so_afte
     let before = app["restartCount"].as_i64().unwrap();
     kill_daemon(&e.d);
     e.d.restart().await;
-    e.pods = PodsClient::new(peapod::client::channel(&e.d.socket).await.unwrap());
+    e.pods = PodsClient::new(peapod_uds::client::channel(&e.d.socket).await.unwrap());
     let again = e.get("liveness").await.unwrap();
     assert_eq!(again["metadata"]["uid"], pod["metadata"]["uid"]);
     e.wait_for(

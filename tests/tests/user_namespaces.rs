@@ -4,7 +4,7 @@
 //! (idmapped layers: runc 1.1 cannot idmap, so peapod does); NODE keeps the host's; invalid
 //! requests are refused naming the field and leave nothing; removal leaves no mount.
 
-use e2e::pods::{busybox, sh, Images, Pod};
+use e2e::pods::{busybox, in_pod, sh, Images, Pod};
 use e2e::TestDaemon;
 use peapod_proto::v1 as cri;
 use std::os::unix::fs::MetadataExt;
@@ -38,23 +38,6 @@ fn set_userns(config: &mut cri::PodSandboxConfig, u: cri::UserNamespace) {
         .namespace_options
         .get_or_insert_with(Default::default)
         .userns_options = Some(u);
-}
-
-/// A container config with the pod's namespace options, as the kubelet (and critest) send.
-fn in_pod(pod: &Pod, mut config: cri::ContainerConfig) -> cri::ContainerConfig {
-    let ns = pod
-        .config
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref())
-        .and_then(|s| s.namespace_options.clone());
-    config
-        .linux
-        .get_or_insert_with(Default::default)
-        .security_context
-        .get_or_insert_with(Default::default)
-        .namespace_options = ns;
-    config
 }
 
 fn host_ids(pid: u32) -> (u32, u32) {

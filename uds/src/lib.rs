@@ -13,7 +13,15 @@
 //!
 //! The authority of a unix-socket request names nothing the server routes on, so replacing it
 //! loses nothing.
+//!
+//! Also the gRPC contract on deadlines, which tonic's server keeps only in part: a call past
+//! the client's `grpc-timeout` ends with DEADLINE_EXCEEDED ([`deadline::DeadlineLayer`]).
+//!
+//! The other side of the socket is here too: [`client`] connects tonic clients to a unix
+//! socket (the CLI, the integration tests and the benchmarks use its [`client::Cri`]).
 
+pub mod client;
+pub mod deadline;
 mod rewrite;
 
 pub use rewrite::{authority_is_valid, AuthorityRewriter, REPLACEMENT_AUTHORITY};

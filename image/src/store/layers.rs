@@ -96,7 +96,18 @@ pub(super) fn unpack_layer_blocking<R: Read>(
         let (stats, diff_id) = {
             let dec = digest::decompress(&mut compressed).ctx(|| "reading layer".into())?;
             let mut plain = HashingReader::new(dec);
-            let stats = unpack::unpack(&mut plain, &fs_dir, limits)?;
+            // A write that fails (a full disk) names the layer and where it was going.
+            let stats = unpack::unpack(&mut plain, &fs_dir, limits).map_err(|e| match e {
+                Error::Io { context, source } => Error::Io {
+                    context: format!(
+                        "unpacking layer {} into {}: {context}",
+                        want.diff_id,
+                        fs_dir.display()
+                    ),
+                    source,
+                },
+                other => other,
+            })?;
             let trailing = std::io::copy(
                 &mut (&mut plain).take(MAX_TRAILING + 1),
                 &mut std::io::sink(),

@@ -33,9 +33,7 @@ impl Store {
         let diff_id = digest::sha256_digest(&layer);
         let platform = manifest::host_platform();
         let cfg_file = ConfigFile {
-            architecture: platform.architecture,
-            os: platform.os,
-            variant: platform.variant,
+            platform,
             created: Some("1970-01-01T00:00:00Z".into()),
             config: Some(config.to_runtime_config()),
             rootfs: manifest::RootFs {

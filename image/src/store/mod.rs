@@ -30,6 +30,7 @@
 //! state, opening it, and the records every part shares.
 
 mod blobs;
+mod download;
 mod fsinfo;
 mod gc;
 mod layers;
@@ -112,6 +113,8 @@ struct Inner {
     layers: HashMap<String, LayerStats>,
     /// diff_id -> number of in-flight pulls/imports that will reference it.
     leases: HashMap<String, usize>,
+    /// state.json could not be read at open (set aside): nothing is collected at this open.
+    metadata_torn: bool,
 }
 
 /// The image store. Cheap to share (`Arc<Store>`), safe for concurrent use.
@@ -176,12 +179,26 @@ impl Store {
     /// a root open at a time (an flock on `root/LOCK`). Leftovers of an
     /// interrupted run (temp layers, partial downloads, progress files) are
     /// removed, and unreferenced layers and blobs collected.
+    ///
+    /// A root whose lock another process holds (a predecessor still dying after kill -9) is
+    /// waited for up to [`peapod_host::held::DEFAULT_WAIT`]; see [`Store::open_waiting`].
     pub async fn open(root: &Path, cfg: RegistryConfig) -> Result<Arc<Store>, Error> {
+        Self::open_waiting(root, cfg, peapod_host::held::DEFAULT_WAIT).await
+    }
+
+    /// [`Store::open`], waiting at most `lock_wait` for the root's lock while another process
+    /// holds it (logged once), then failing with an error that says so.
+    pub async fn open_waiting(
+        root: &Path,
+        cfg: RegistryConfig,
+        lock_wait: std::time::Duration,
+    ) -> Result<Arc<Store>, Error> {
         let root = root.to_path_buf();
         let r2 = root.clone();
-        let (lock_file, inner) = tokio::task::spawn_blocking(move || Self::open_blocking(&r2))
-            .await
-            .map_err(join_err)??;
+        let (lock_file, inner) =
+            tokio::task::spawn_blocking(move || Self::open_blocking(&r2, lock_wait))
+                .await
+                .map_err(join_err)??;
         let client = registry::build_client(cfg.idle_timeout)?;
         let store = Arc::new(Store {
             root,
@@ -194,12 +211,17 @@ impl Store {
             pulls: Mutex::new(HashMap::new()),
             _lock_file: lock_file,
         });
-        store.gc().await;
+        if !store.inner().metadata_torn {
+            store.gc().await;
+        }
         tracing::info!(root = %store.root.display(), images = store.inner().images.len(), "image store open");
         Ok(store)
     }
 
-    fn open_blocking(root: &Path) -> Result<(std::fs::File, Inner), Error> {
+    fn open_blocking(
+        root: &Path,
+        lock_wait: std::time::Duration,
+    ) -> Result<(std::fs::File, Inner), Error> {
         for d in ["blobs/sha256", "layers", "containers", "pulls"] {
             std::fs::create_dir_all(root.join(d))
                 .ctx(|| format!("creating {}", root.join(d).display()))?;
@@ -215,19 +237,17 @@ impl Store {
             .write(true)
             .open(&lock_path)
             .ctx(|| format!("opening {}", lock_path.display()))?;
-        {
-            use std::os::fd::AsRawFd;
-            // SAFETY: a valid fd; the lock lives as long as the file stays open (the Store's life).
-            if unsafe { libc::flock(lock_file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-                return Err(Error::io(
-                    format!(
-                        "image store {} is in use by another process",
-                        root.display()
-                    ),
-                    std::io::Error::last_os_error(),
-                ));
-            }
-        }
+        // The lock lives as long as the file stays open (the Store's life).
+        let what = format!("image store {}", root.display());
+        peapod_host::held::lock_exclusive(&lock_file, &what, lock_wait, |e| {
+            tracing::warn!(
+                store = %root.display(),
+                error = %e,
+                wait_s = lock_wait.as_secs_f64(),
+                "the image store's lock is held by another process (a peapod still exiting?); waiting for it"
+            )
+        })
+        .map_err(|e| Error::io(format!("locking {}", lock_path.display()), e))?;
 
         // Leftovers of interrupted work: never trusted, always removed.
         for (dir, prefix) in [
@@ -257,13 +277,29 @@ impl Store {
         let mut inner = Inner::default();
         let state_path = root.join("state.json");
         match std::fs::read(&state_path) {
-            Ok(data) => {
-                let st: StateFile = serde_json::from_slice(&data)
-                    .map_err(|e| Error::json(format!("parsing {}", state_path.display()), e))?;
-                for r in st.images {
-                    inner.images.insert(r.id.clone(), r);
+            Ok(data) => match serde_json::from_slice::<StateFile>(&data) {
+                Ok(st) => {
+                    for r in st.images {
+                        inner.images.insert(r.id.clone(), r);
+                    }
                 }
-            }
+                Err(e) => {
+                    // A torn or corrupt metadata file must not stop the daemon from starting
+                    // (a crash loop leaves the node without a runtime): it is set aside, the
+                    // images it listed are forgotten (pulled again, their layers are kept
+                    // for that: no collection at this start) and everything else goes on.
+                    inner.metadata_torn = true;
+                    let aside = root.join("state.json.torn");
+                    let moved = std::fs::rename(&state_path, &aside);
+                    tracing::error!(
+                        file = %state_path.display(),
+                        set_aside_as = %aside.display(),
+                        error = %e,
+                        moved = moved.is_ok(),
+                        "the image store's metadata cannot be read (torn or corrupt); set aside: its images must be pulled or imported again, their layers are kept"
+                    );
+                }
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io(format!("reading {}", state_path.display()), e)),
         }
@@ -276,6 +312,18 @@ impl Store {
                 let meta: Option<LayerMeta> = std::fs::read(e.path().join("meta.json"))
                     .ok()
                     .and_then(|d| serde_json::from_slice(&d).ok());
+                let meta = match meta {
+                    None if e.path().join("meta.json").is_file()
+                        && e.path().join("fs").is_dir() =>
+                    {
+                        // Written before the rename that committed the layer, so a committed
+                        // layer has one: this one was torn. Its content was verified at that
+                        // rename (and containers may use it), so it stays, its sizes counted
+                        // again.
+                        Self::recount_layer(&e.path(), &name)
+                    }
+                    m => m,
+                };
                 match meta {
                     Some(m) if hex_of(&m.diff_id) == name && e.path().join("fs").is_dir() => {
                         inner.layers.insert(m.diff_id, m.stats);
@@ -290,12 +338,26 @@ impl Store {
         if let Ok(rd) = std::fs::read_dir(root.join("containers")) {
             for e in rd.flatten() {
                 let id = e.file_name().to_string_lossy().into_owned();
-                match std::fs::read(e.path().join("meta.json"))
+                let meta = e.path().join("meta.json");
+                match std::fs::read(&meta)
                     .ok()
                     .and_then(|d| serde_json::from_slice::<ContainerRecord>(&d).ok())
                 {
                     Some(rec) => {
                         inner.containers.insert(id, rec);
+                    }
+                    None if meta.is_file() || e.path().join("meta.json.torn").is_file() => {
+                        // Recorded, then torn: its upper directory may be a running
+                        // container's writable layer, so it is kept (set aside, logged);
+                        // the container's removal unmounts its target and a start after it
+                        // is gone removes the directory.
+                        let aside = e.path().join("meta.json.torn");
+                        if meta.is_file() {
+                            let _ = std::fs::rename(&meta, &aside);
+                            tracing::error!(file = %meta.display(), set_aside_as = %aside.display(), "a container root filesystem's record cannot be read; set aside, its writable layer is kept");
+                        } else if !crate::mount::any_overlay_upper_in(&e.path()) {
+                            let _ = std::fs::remove_dir_all(e.path());
+                        }
                     }
                     None => {
                         // Created but never recorded: the mount never happened.
@@ -316,6 +378,38 @@ impl Store {
             inner.images.remove(&id);
         }
         Ok((lock_file, inner))
+    }
+
+    /// Counts a committed layer again (its meta.json was torn) and writes its meta.json anew.
+    fn recount_layer(dir: &Path, name: &str) -> Option<LayerMeta> {
+        fn walk(p: &Path, stats: &mut LayerStats) {
+            let Ok(rd) = std::fs::read_dir(p) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let Ok(md) = e.metadata() else {
+                    continue;
+                };
+                stats.inodes += 1;
+                if md.is_file() {
+                    stats.bytes += md.len();
+                } else if md.is_dir() {
+                    walk(&e.path(), stats);
+                }
+            }
+        }
+        let mut stats = LayerStats::default();
+        walk(&dir.join("fs"), &mut stats);
+        let meta = LayerMeta {
+            diff_id: format!("sha256:{name}"),
+            stats,
+        };
+        let file = dir.join("meta.json");
+        let written = serde_json::to_vec(&meta)
+            .map_err(std::io::Error::other)
+            .and_then(|d| write_file_atomic(&file, &d));
+        tracing::error!(file = %file.display(), rewritten = written.is_ok(), "a layer's metadata cannot be read (torn or corrupt); its sizes are counted again");
+        Some(meta)
     }
 
     /// The store's root directory.

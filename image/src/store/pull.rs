@@ -255,8 +255,6 @@ impl Store {
         }
         tracker.set_status(idx, LayerStatus::Downloading);
         tracing::debug!(blob = %desc.digest, %diff_id, size = desc.size, "fetching layer");
-        let resp = session.blob(&desc.digest, ep).await?;
-        let declared = desc.size as u64;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(32);
         let layers_dir = self.root.join("layers");
         let src = LayerSource {
@@ -271,35 +269,9 @@ impl Store {
             };
             unpack_layer_blocking(reader, &layers_dir, &src, limits)
         });
-        let url = resp.url().to_string();
-        let mut stream = resp.bytes_stream();
-        let mut received: u64 = 0;
-        let mut pump_err = None;
-        while let Some(chunk) = stream.next().await {
-            match chunk {
-                Ok(c) => {
-                    received += c.len() as u64;
-                    if received > declared {
-                        pump_err = Some(Error::InvalidImage(format!(
-                            "blob {} is larger than its declared {declared} bytes",
-                            desc.digest
-                        )));
-                        break;
-                    }
-                    tracker.add_bytes(idx, c.len() as u64);
-                    if tx.send(Ok(c)).await.is_err() {
-                        break; // the unpacker stopped; it says why
-                    }
-                }
-                Err(e) => {
-                    pump_err = Some(Error::Http {
-                        url: url.clone(),
-                        source: e,
-                    });
-                    break;
-                }
-            }
-        }
+        let pump_err = super::download::pump_blob(session, ep, desc, tracker, idx, &tx)
+            .await
+            .err();
         if pump_err.is_some() {
             let _ = tx
                 .send(Err(std::io::Error::other("download aborted")))

@@ -4,6 +4,7 @@
 //! probes, and graceful deletion. Every change is persisted before it is acted on further,
 //! so a restarted daemon resumes where this one stopped.
 
+mod plan;
 mod probes;
 mod start;
 mod sync;
@@ -29,9 +30,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tonic::Code;
-
-/// Ten minutes of running resets a container's back-off, as the kubelet's back-off GC does.
-const BACKOFF_RESET: Duration = Duration::from_secs(600);
 
 /// What Get/List/Events read without asking the task.
 #[derive(Debug, Clone, Default)]
@@ -67,11 +65,11 @@ fn kind_key(k: ProbeKind) -> &'static str {
 
 fn observed_from(s: &cri::ContainerStatus) -> Observed {
     Observed {
-        state: match s.state {
-            0 => RunState::Created,
-            1 => RunState::Running,
-            2 => RunState::Exited,
-            _ => RunState::Unknown,
+        state: match cri::ContainerState::try_from(s.state) {
+            Ok(cri::ContainerState::ContainerCreated) => RunState::Created,
+            Ok(cri::ContainerState::ContainerRunning) => RunState::Running,
+            Ok(cri::ContainerState::ContainerExited) => RunState::Exited,
+            Ok(cri::ContainerState::ContainerUnknown) | Err(_) => RunState::Unknown,
         },
         started_at_ns: s.started_at,
         finished_at_ns: s.finished_at,
@@ -152,12 +150,13 @@ impl Supervisor {
     /// Computes the status, updates the shared view and persists the record when it changed.
     fn publish(&mut self) {
         let status = status::compute(&mut self.rec, &self.settings.host_ip);
-        let phase = status.phase.clone().unwrap_or_default();
-        if (phase == "Succeeded" || phase == "Failed") && self.rec.final_phase.is_none() {
-            self.rec.final_phase = Some(phase.clone());
+        let phase = status.phase.as_deref().and_then(plan::Phase::parse);
+        let over = phase.is_some_and(plan::Phase::is_terminal);
+        if over && self.rec.final_phase.is_none() {
+            self.rec.final_phase = status.phase.clone();
         }
         self.rec.pod.status = Some(status);
-        let requests = if phase == "Succeeded" || phase == "Failed" {
+        let requests = if over {
             Amounts::default()
         } else {
             pod_requests(self.rec.spec())

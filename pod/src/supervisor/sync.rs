@@ -1,6 +1,8 @@
 //! Reconciliation: the sandbox (pod cgroup, volumes, re-creation when it dies), container
-//! states from CRI, init containers in order, app containers, restarts with back-off.
+//! states from CRI, then the actions `plan` decides for the containers (init containers in
+//! order, app containers, restarts with back-off), carried out here.
 
+use super::plan::{self, Action, Phase, RestartPolicy, RestartStep};
 use super::*;
 
 impl Supervisor {
@@ -11,10 +13,10 @@ impl Supervisor {
         {
             return;
         }
-        if self.deadline_exceeded() {
+        if plan::deadline_exceeded(&self.rec, now_ms()) {
             let msg = "Pod was active on the node longer than the specified deadline";
             self.event("Warning", "DeadlineExceeded", None, msg.into());
-            self.rec.final_phase = Some("Failed".into());
+            self.rec.final_phase = Some(Phase::Failed.as_str().into());
             self.rec.terminal_reason = Some(("DeadlineExceeded".into(), msg.into()));
             self.finish().await;
             return;
@@ -29,32 +31,22 @@ impl Supervisor {
             }
         }
         self.observe().await;
-        if let Some(p) = self.current_phase() {
-            if p == "Succeeded" || p == "Failed" {
-                self.finish().await;
-                return;
+        let phase = self.current_phase();
+        for action in plan::plan(&self.rec, phase) {
+            match action {
+                Action::Finish => return self.finish().await,
+                Action::Start { name, again } => {
+                    if let Some(c) = self.container_spec(&name) {
+                        self.start(&c, again).await;
+                    }
+                }
+                Action::Restart { name } => {
+                    if let Some(c) = self.container_spec(&name) {
+                        self.restart(&c).await;
+                    }
+                }
             }
         }
-        if self.sync_init().await {
-            self.sync_apps().await;
-        }
-    }
-
-    /// spec.activeDeadlineSeconds has passed since the pod started.
-    fn deadline_exceeded(&self) -> bool {
-        let Some(deadline) = self.rec.spec().active_deadline_seconds else {
-            return false;
-        };
-        let Some(start) = self
-            .rec
-            .pod
-            .status
-            .as_ref()
-            .and_then(|s| s.start_time.as_ref())
-        else {
-            return false;
-        };
-        now_ms() - start.0.as_millisecond() > deadline.saturating_mul(1000)
     }
 
     /// Takes a ContainerStatus in: the state, and the termination message of an exit.
@@ -93,11 +85,12 @@ impl Supervisor {
         crate::termination::message(&file, &log, s.exit_code, fallback)
     }
 
-    pub(super) fn current_phase(&mut self) -> Option<String> {
+    pub(super) fn current_phase(&mut self) -> Option<Phase> {
         if let Some(p) = &self.rec.final_phase {
-            return Some(p.clone());
+            return Phase::parse(p);
         }
-        status::compute(&mut self.rec, &self.settings.host_ip).phase
+        let status = status::compute(&mut self.rec, &self.settings.host_ip);
+        status.phase.as_deref().and_then(Phase::parse)
     }
 
     pub(super) fn cgroup_path(&self) -> String {
@@ -189,7 +182,7 @@ impl Supervisor {
             return false;
         };
         // A Never pod is not run again: its killed containers make it Failed instead.
-        if self.restart_policy() == "Never" {
+        if RestartPolicy::of(self.rec.spec()) == RestartPolicy::Never {
             return false;
         }
         // An error answering is not a death: only a clear "not ready" is.
@@ -268,129 +261,42 @@ impl Supervisor {
         }
     }
 
-    pub(super) fn state_of(&self, name: &str) -> Option<(RunState, i32)> {
-        self.rec
-            .containers
-            .get(name)
-            .and_then(|r| r.observed.as_ref())
-            .map(|o| (o.state, o.exit_code))
-    }
-
-    pub(super) fn restart_policy(&self) -> String {
-        self.rec
-            .spec()
-            .restart_policy
-            .clone()
-            .unwrap_or_else(|| "Always".into())
-    }
-
-    /// Init containers in order; true once all are done (sidecars started).
-    pub(super) async fn sync_init(&mut self) -> bool {
-        let inits: Vec<Container> = self.rec.spec().init_containers.clone().unwrap_or_default();
-        for c in &inits {
-            let restartable = is_restartable_init(c);
-            match self.state_of(&c.name) {
-                None => {
-                    self.start(c, false).await;
-                    return false;
-                }
-                Some((RunState::Running, _)) => {
-                    let started = self.rec.containers.get(&c.name).is_some_and(|r| r.started);
-                    if restartable && started {
-                        continue;
-                    }
-                    return false;
-                }
-                // Created but never started (a failed start, or a daemon that died between
-                // the two): a new attempt, after the back-off.
-                Some((RunState::Created, _)) => {
-                    self.start(c, true).await;
-                    return false;
-                }
-                Some((RunState::Unknown, _)) => return false,
-                Some((RunState::Exited, code)) => {
-                    if !restartable && code == 0 {
-                        continue;
-                    }
-                    if !restartable && self.restart_policy() == "Never" {
-                        return false;
-                    }
-                    self.restart(c).await;
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
-    pub(super) async fn sync_apps(&mut self) {
-        let apps = self.rec.spec().containers.clone();
-        let policy = self.restart_policy();
-        for c in &apps {
-            match self.state_of(&c.name) {
-                None => self.start(c, false).await,
-                Some((RunState::Exited, code)) => {
-                    let killed = self.rec.containers.get(&c.name).is_some_and(|r| r.killing);
-                    let again = match policy.as_str() {
-                        "Always" => true,
-                        "OnFailure" => code != 0 || killed,
-                        _ => false,
-                    };
-                    if again {
-                        self.restart(c).await;
-                    }
-                }
-                Some((RunState::Created, _)) => self.start(c, true).await,
-                Some(_) => {}
-            }
-        }
-    }
-
-    /// A restart, unless the container is in back-off (CrashLoopBackOff).
+    /// A restart, unless the container is in back-off (CrashLoopBackOff): then it waits,
+    /// with one BackOff event per back-off period.
     pub(super) async fn restart(&mut self, c: &Container) {
         let base = self.settings.backoff_base.as_millis() as u64;
         let max = self.settings.max_backoff().as_millis() as u64;
         let pod_ref = self.rec.pod_ref();
         let r = self.rec.container(&c.name);
-        let Some(obs) = r.observed.clone() else {
-            return;
-        };
-        let finished_ms = obs.finished_at_ns / 1_000_000;
-        let ran_ms = (obs.finished_at_ns - obs.started_at_ns).max(0) / 1_000_000;
-        if ran_ms as u128 >= BACKOFF_RESET.as_millis() {
-            r.backoff_ms = 0;
-        }
-        let now = now_ms();
-        if r.backoff_ms > 0 && now < finished_ms + r.backoff_ms as i64 {
-            let secs = r.backoff_ms.div_ceil(1000);
-            // One BackOff event per back-off period, not one per sync.
-            let first = r.waiting.as_ref().map(|w| w.reason.as_str()) != Some("CrashLoopBackOff");
-            r.waiting = Some(Waiting {
-                reason: "CrashLoopBackOff".into(),
-                message: format!(
-                    "back-off {secs}s restarting failed container={} pod={pod_ref}",
-                    c.name
-                ),
-            });
-            if !first {
-                return;
+        match plan::restart_step(r, now_ms(), base, max) {
+            RestartStep::NotExited => {}
+            RestartStep::Wait { backoff_ms, secs } => {
+                r.backoff_ms = backoff_ms;
+                let first =
+                    r.waiting.as_ref().map(|w| w.reason.as_str()) != Some("CrashLoopBackOff");
+                r.waiting = Some(Waiting {
+                    reason: "CrashLoopBackOff".into(),
+                    message: format!(
+                        "back-off {secs}s restarting failed container={} pod={pod_ref}",
+                        c.name
+                    ),
+                });
+                if first {
+                    self.event(
+                        "Warning",
+                        "BackOff",
+                        Some(&c.name),
+                        format!(
+                            "Back-off restarting failed container {} in pod {pod_ref}",
+                            c.name
+                        ),
+                    );
+                }
             }
-            self.event(
-                "Warning",
-                "BackOff",
-                Some(&c.name),
-                format!(
-                    "Back-off restarting failed container {} in pod {pod_ref}",
-                    c.name
-                ),
-            );
-            return;
+            RestartStep::Go { backoff_ms } => {
+                r.backoff_ms = backoff_ms;
+                self.start(c, true).await;
+            }
         }
-        r.backoff_ms = if r.backoff_ms == 0 {
-            base
-        } else {
-            (r.backoff_ms * 2).min(max)
-        };
-        self.start(c, true).await;
     }
 }

@@ -9,7 +9,9 @@ impl Supervisor {
     pub(super) async fn adopt(&mut self) {
         let uid = self.rec.uid().to_string();
         if let Ok(sbs) = self.cri.list_pod_sandboxes(uid_selector(&uid)).await {
-            let ready = sbs.iter().find(|s| s.state == 0);
+            let ready = sbs
+                .iter()
+                .find(|s| s.state == cri::PodSandboxState::SandboxReady as i32);
             match (&self.rec.sandbox_id, ready) {
                 (None, Some(s)) => self.rec.sandbox_id = Some(s.id.clone()),
                 (Some(id), _) if !sbs.iter().any(|s| &s.id == id) => {

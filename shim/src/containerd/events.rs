@@ -13,7 +13,7 @@ use containerd_shim_protos::protobuf::{Message, MessageDyn, MessageField};
 use containerd_shim_protos::shim::event::Envelope;
 use containerd_shim_protos::shim::events::ForwardRequest;
 use containerd_shim_protos::shim_async::{Client, EventsClient};
-use peapod_shim::timefmt;
+use peapod_host::timefmt;
 use std::time::Duration;
 use tokio::sync::mpsc;
 

@@ -16,21 +16,21 @@
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio_util::sync::PollSender;
 use tracing::{debug, trace, warn};
 
 use super::frame::{goaway, rst, Frame, FrameDecoder, FrameEncoder, FLAG_FIN, FLAG_UNIDIRECTIONAL};
 use super::headers::Headers;
 use super::SpdyError;
+use crate::conn_tasks::{Activity, Tasks};
 use crate::mux::{self, Budget, InboundReader, InboundSender};
 
 /// Largest DATA frame we send: large enough to keep per-frame overhead negligible, small
@@ -111,8 +111,7 @@ struct Shared {
     out: mpsc::Sender<Out>,
     budget: Budget,
     closed: watch::Sender<bool>,
-    started: Instant,
-    last_activity_ms: AtomicU64,
+    activity: Activity,
     limits: Limits,
 }
 
@@ -121,16 +120,6 @@ impl Shared {
         // A panic while holding the lock cannot leave the table inconsistent in a way that
         // matters more than refusing service; keep going with its contents.
         self.table.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn touch(&self) {
-        let ms = self.started.elapsed().as_millis() as u64;
-        self.last_activity_ms.store(ms, Ordering::Relaxed);
-    }
-
-    fn idle_for(&self) -> Duration {
-        let now = self.started.elapsed().as_millis() as u64;
-        Duration::from_millis(now.saturating_sub(self.last_activity_ms.load(Ordering::Relaxed)))
     }
 
     fn is_peer_ping(&self, id: u32) -> bool {
@@ -253,22 +242,7 @@ impl Incoming {
 
 struct Inner {
     shared: Arc<Shared>,
-    reader: Mutex<Option<JoinHandle<()>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    watchdog: Option<JoinHandle<()>>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        for slot in [&self.reader, &self.writer] {
-            if let Some(h) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                h.abort();
-            }
-        }
-        if let Some(h) = &self.watchdog {
-            h.abort();
-        }
-    }
+    tasks: Tasks,
 }
 
 /// A SPDY/3.1 connection. Cloning gives another handle to the same connection.
@@ -308,8 +282,7 @@ impl Connection {
             out: out_tx,
             budget: Budget::new(limits.receive_budget),
             closed: watch::channel(false).0,
-            started: Instant::now(),
-            last_activity_ms: AtomicU64::new(0),
+            activity: Activity::new(),
             limits: limits.clone(),
         });
         let reader = tokio::spawn(read_loop(shared.clone(), r, in_tx));
@@ -320,9 +293,7 @@ impl Connection {
         let conn = Connection {
             inner: Arc::new(Inner {
                 shared,
-                reader: Mutex::new(Some(reader)),
-                writer: Mutex::new(Some(writer)),
-                watchdog,
+                tasks: Tasks::new(reader, writer, watchdog),
             }),
         };
         (conn, Incoming { rx: in_rx })
@@ -394,19 +365,7 @@ impl Connection {
             t.goaway_sent = true;
             t.last_remote_id
         };
-        let writer = self
-            .inner
-            .writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let mut reader = self
-            .inner
-            .reader
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let graceful = async {
+        let goodbye = async {
             let _ = shared
                 .out
                 .send(Out::Frame(Frame::GoAway {
@@ -415,36 +374,19 @@ impl Connection {
                 }))
                 .await;
             let _ = shared.out.send(Out::Shutdown).await;
-            if let Some(w) = writer {
-                let _ = w.await;
-            }
-            if let Some(r) = reader.as_mut() {
-                // The reader keeps draining (and discarding) what the peer still sends until
-                // the peer closes.
-                let _ = r.await;
-            }
         };
-        if tokio::time::timeout(linger, graceful).await.is_err() {
+        if !self.inner.tasks.close(goodbye, linger).await {
             debug!("SPDY peer did not close within {linger:?}; dropping the connection");
-        }
-        if let Some(r) = reader {
-            r.abort();
         }
         shared.teardown();
     }
 }
 
 async fn idle_watchdog(shared: Arc<Shared>, idle: Duration) {
-    loop {
-        let quiet = shared.idle_for();
-        if quiet >= idle {
-            warn!("SPDY connection idle for {quiet:?}; closing it");
-            let _ = shared.out.try_send(Out::Shutdown);
-            shared.teardown();
-            return;
-        }
-        tokio::time::sleep(idle - quiet).await;
-    }
+    let quiet = shared.activity.quiet_for(idle).await;
+    warn!("SPDY connection idle for {quiet:?}; closing it");
+    let _ = shared.out.try_send(Out::Shutdown);
+    shared.teardown();
 }
 
 async fn read_loop<R>(shared: Arc<Shared>, mut r: R, incoming: mpsc::Sender<Stream>)
@@ -459,7 +401,7 @@ where
     let result: Result<(), SpdyError> = async {
         loop {
             while let Some(frame) = decoder.decode(&mut buf)? {
-                shared.touch();
+                shared.activity.touch();
                 handle_frame(&shared, frame, &incoming).await?;
             }
             if buf.capacity() - buf.len() < 4096 {
@@ -689,7 +631,7 @@ where
                 w.write_all(&buf).await?;
                 w.flush().await?;
                 buf.clear();
-                shared.touch();
+                shared.activity.touch();
             }
             if shutdown {
                 let _ = w.shutdown().await;

@@ -80,7 +80,9 @@ async fn main() {
     let images = Images::start();
     let image = images.push("busybox:bench", &busybox());
     let cfg = d.dir.join("config.toml");
-    let channel = peapod::client::channel(&d.socket).await.expect("connect");
+    let channel = peapod_uds::client::channel(&d.socket)
+        .await
+        .expect("connect");
     let mut client = PodsClient::new(channel);
 
     let mut ready_times = Vec::new();

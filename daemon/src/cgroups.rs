@@ -1,0 +1,73 @@
+//! Where pods and containers go in the cgroup tree, per cgroup driver.
+//!
+//! With cgroupfs, runc gets `cgroupsPath = <parent>/<id>`. With systemd it gets
+//! `<slice>:<prefix>:<id>`, where a cgroupfs-style parent such as `/kubepods/burstable/pod1`
+//! becomes the slice `kubepods-burstable-pod1.slice`, as the kubelet names them.
+
+use crate::config::CgroupDriver;
+
+/// The prefix of scope units peapod creates with the systemd driver.
+pub const SYSTEMD_PREFIX: &str = "peapod";
+
+/// A cgroupfs-style path as a systemd slice name.
+pub fn to_systemd_slice(parent: &str) -> String {
+    let trimmed = parent.trim_matches('/');
+    if trimmed.is_empty() {
+        return "system.slice".into();
+    }
+    let last = trimmed.rsplit('/').next().unwrap_or(trimmed);
+    if last.ends_with(".slice") {
+        return last.to_string();
+    }
+    format!("{}.slice", trimmed.replace('/', "-"))
+}
+
+/// The runtime-spec `cgroupsPath` for object `id` under `parent`.
+pub fn cgroups_path(driver: CgroupDriver, parent: &str, id: &str) -> String {
+    match driver {
+        CgroupDriver::Cgroupfs => {
+            let parent = parent.trim_end_matches('/');
+            let parent = if parent.starts_with('/') {
+                parent.to_string()
+            } else {
+                format!("/{parent}")
+            };
+            format!("{}/{id}", parent.trim_end_matches('/'))
+        }
+        CgroupDriver::Systemd => format!("{}:{SYSTEMD_PREFIX}:{id}", to_systemd_slice(parent)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_per_driver() {
+        use CgroupDriver::{Cgroupfs, Systemd};
+        for (driver, parent, id, want) in [
+            (Cgroupfs, "/kubepods/pod1", "abc", "/kubepods/pod1/abc"),
+            (Cgroupfs, "kubepods/", "abc", "/kubepods/abc"),
+            (Cgroupfs, "/", "abc", "/abc"),
+            (
+                Systemd,
+                "/kubepods/burstable/pod1",
+                "abc",
+                "kubepods-burstable-pod1.slice:peapod:abc",
+            ),
+            (
+                Systemd,
+                "kubepods-besteffort-pod2.slice",
+                "x",
+                "kubepods-besteffort-pod2.slice:peapod:x",
+            ),
+            (Systemd, "", "x", "system.slice:peapod:x"),
+        ] {
+            assert_eq!(
+                cgroups_path(driver, parent, id),
+                want,
+                "{driver:?} {parent:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,646 @@
+//! The daemon's configuration: one TOML file (default /etc/peapod/config.toml), every key
+//! optional, command-line flags override it. `peapod config default` prints [`DEFAULT_TOML`].
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/peapod/config.toml";
+
+/// The full default configuration, with a comment per key. A unit test keeps it equal to
+/// `Config::default()`.
+pub const DEFAULT_TOML: &str = r#"# peapod configuration. Every key is optional; command-line flags override this file.
+
+# Persistent state: records of pods and containers, images, unpacked layers.
+root = "/var/lib/peapod"
+# Runtime files: sockets, pinned network namespaces, bundles. Lost on reboot, as are the pods.
+state = "/run/peapod"
+# The CRI socket (mode 0660). Point crictl and the kubelet at unix://<this>.
+socket = "/run/peapod/peapod.sock"
+# Log filter for the daemon (tracing EnvFilter syntax); RUST_LOG overrides it.
+log_level = "info"
+# At start-up, how long to wait for what another process still holds (the image store's lock,
+# a fixed streaming or metrics port): a daemon killed a moment ago releases them as it dies.
+startup_wait_seconds = 30
+# The CRI's Stream* list calls (StreamPodSandboxes, StreamContainers, StreamContainerStats,
+# StreamPodSandboxStats, StreamPodSandboxMetrics, StreamImages: the kubelet's CRIListStreaming)
+# send at most this many items per message, and past the first about 2 MiB of them at most.
+stream_batch_items = 200
+
+[runtime]
+# The OCI runtime CLI: "runc", "crun", "youki" or a full path.
+path = "runc"
+# The per-pod shim; empty means peapod-shim next to the peapod binary, else from PATH.
+shim_path = ""
+# How ExecSync and Exec start their process: "native" (the shim joins the container itself,
+# a few milliseconds; the OCI runtime still does what the shim cannot: a terminal, an enforced
+# AppArmor or SELinux label, a seccomp notify listener) or "runc" (always `<runtime> exec`).
+exec = "native"
+
+# Further runtime handlers: a pod chooses one by name through RunPodSandbox's runtime_handler
+# (a RuntimeClass's `handler`); Status lists them. The default handler (no name, or the file
+# name of runtime.path) is runtime.path. Names are DNS labels; e.g.
+# [runtime.handlers.test-handler]
+# path = "runc"
+[runtime.handlers]
+
+[cgroup]
+# "cgroupfs" (cgroupsPath <parent>/<id>) or "systemd" (slice:prefix:name).
+driver = "cgroupfs"
+# Parent cgroup for pods whose config names none.
+default_parent = "/peapod"
+
+[sandbox]
+# The pod infra image. When the image store does not have it, peapod's built-in pause
+# binary is used and registered under this name: no pull, so air-gapped machines work.
+image = "registry.k8s.io/pause:3.10"
+
+[cni]
+# The first *.conflist, *.conf or *.json here (by name) is the pod network. When there is
+# none, a built-in bridge network is used (bridge peapod0, 10.88.0.0/16, host-local, portmap).
+conf_dir = "/etc/cni/net.d"
+# Where plugin binaries are looked up, in order.
+bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
+# Longest a single plugin invocation may take.
+plugin_timeout_seconds = 30
+# The built-in network (used only when conf_dir has no configuration).
+default_bridge = "peapod0"
+default_subnet = "10.88.0.0/16"
+
+[registry]
+# host[:port] spoken to over plain HTTP (localhost and loopback IPs, 127.0.0.0/8 and ::1,
+# always are; a host name that merely starts with "127." is not).
+insecure = []
+# The longest a whole pull may take; 0: no overall bound.
+pull_timeout_seconds = 1800
+# The longest a registry may send nothing while a pull waits for it.
+idle_timeout_seconds = 120
+
+# Mirrors per registry host, tried in order before the registry itself, e.g.
+# [registry.mirrors."registry.k8s.io"]
+# endpoints = ["http://127.0.0.1:5055"]
+[registry.mirrors]
+
+[streaming]
+# Listen address of the exec/attach/port-forward server; port 0 picks a free port.
+address = "127.0.0.1:0"
+# TLS certificate and key (PEM); both empty: plain HTTP.
+tls_cert = ""
+tls_key = ""
+
+[metrics]
+# Prometheus metrics listen address; empty turns metrics off.
+address = ""
+
+# NRI (Node Resource Interface): external plugins (CPU/memory/device managers, policy
+# agents) connect to this socket, are told of every pod and container event and may adjust a
+# container before it is created. Off by default: peapod then opens no socket and pays nothing
+# per call, and it does not collide with a containerd on the same host (containerd 2.x opens
+# the same default socket).
+[nri]
+enabled = false
+socket_path = "/var/run/nri/nri.sock"
+# How long a connected plugin has to register and synchronise, and to answer any one event
+# (a plugin that does not answer in time is disconnected; the call goes on without it).
+plugin_registration_timeout_ms = 5000
+plugin_request_timeout_ms = 2000
+
+# The pod supervisor behind `peapod apply`: the kubelet's part, run inside the daemon.
+[pods]
+# This node's name (spec.nodeName, kubernetes.io/hostname); empty: the machine's hostname.
+node_name = ""
+# Allocatable CPU and memory as Kubernetes quantities ("2", "1500m", "4Gi"); empty: the
+# machine's. Admission refuses pods whose requests do not fit (OutOfcpu/OutOfmemory).
+allocatable_cpu = ""
+allocatable_memory = ""
+# Parent of the QoS cgroups kubepods[/burstable|/besteffort]/pod<uid> (absolute cgroup path).
+cgroup_parent = "/kubepods"
+# First restart back-off in seconds; it doubles up to 30 times this (10 s to 5 min).
+restart_backoff_base_seconds = 10
+# How often each pod is reconciled when nothing else wakes its supervisor.
+sync_period_ms = 1000
+
+# Node labels that nodeSelector is matched against. kubernetes.io/hostname, kubernetes.io/os
+# and kubernetes.io/arch are always present.
+[pods.node_labels]
+"#;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub root: PathBuf,
+    pub state: PathBuf,
+    pub socket: PathBuf,
+    pub log_level: String,
+    pub startup_wait_seconds: u64,
+    pub stream_batch_items: usize,
+    pub runtime: RuntimeConfig,
+    pub cgroup: CgroupConfig,
+    pub sandbox: SandboxConfig,
+    pub cni: CniConfig,
+    pub registry: RegistryConfig,
+    pub streaming: StreamingConfig,
+    pub metrics: MetricsConfig,
+    pub nri: NriConfig,
+    pub pods: PodsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    pub path: String,
+    pub shim_path: String,
+    pub exec: ExecMode,
+    pub handlers: BTreeMap<String, RuntimeHandlerConfig>,
+}
+
+/// How execs start (the shim's `--exec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecMode {
+    /// The shim joins the container and starts the process itself where it can.
+    Native,
+    /// Always the OCI runtime's `exec`.
+    Runc,
+}
+
+impl ExecMode {
+    /// The shim's `--exec` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecMode::Native => "native",
+            ExecMode::Runc => "runc",
+        }
+    }
+}
+
+/// `[runtime.handlers.NAME]`: a runtime handler pods may ask for by name.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeHandlerConfig {
+    /// The OCI runtime CLI of this handler: "runc", "crun", "youki" or a full path.
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    Cgroupfs,
+    Systemd,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CgroupConfig {
+    pub driver: CgroupDriver,
+    pub default_parent: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub image: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CniConfig {
+    pub conf_dir: PathBuf,
+    pub bin_dirs: Vec<PathBuf>,
+    pub plugin_timeout_seconds: u64,
+    pub default_bridge: String,
+    pub default_subnet: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Mirror {
+    pub endpoints: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryConfig {
+    pub insecure: Vec<String>,
+    pub pull_timeout_seconds: u64,
+    pub idle_timeout_seconds: u64,
+    pub mirrors: BTreeMap<String, Mirror>,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        RegistryConfig {
+            insecure: Vec::new(),
+            pull_timeout_seconds: 1800,
+            idle_timeout_seconds: 120,
+            mirrors: BTreeMap::new(),
+        }
+    }
+}
+
+impl RegistryConfig {
+    /// The image store's view of `[registry]`.
+    pub fn to_store(&self) -> peapod_image::RegistryConfig {
+        use std::time::Duration;
+        peapod_image::RegistryConfig {
+            insecure: self.insecure.clone(),
+            mirrors: self
+                .mirrors
+                .iter()
+                .map(|(host, m)| (host.clone(), m.endpoints.clone()))
+                .collect(),
+            pull_timeout: (self.pull_timeout_seconds > 0)
+                .then(|| Duration::from_secs(self.pull_timeout_seconds)),
+            idle_timeout: Duration::from_secs(self.idle_timeout_seconds),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamingConfig {
+    pub address: String,
+    pub tls_cert: String,
+    pub tls_key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub address: String,
+}
+
+/// `[nri]`: the NRI plugin socket (see DEFAULT_TOML).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NriConfig {
+    pub enabled: bool,
+    pub socket_path: PathBuf,
+    pub plugin_registration_timeout_ms: u64,
+    pub plugin_request_timeout_ms: u64,
+}
+
+impl Default for NriConfig {
+    fn default() -> Self {
+        NriConfig {
+            enabled: false,
+            socket_path: "/var/run/nri/nri.sock".into(),
+            plugin_registration_timeout_ms: 5000,
+            plugin_request_timeout_ms: 2000,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            root: "/var/lib/peapod".into(),
+            state: "/run/peapod".into(),
+            socket: "/run/peapod/peapod.sock".into(),
+            log_level: "info".into(),
+            startup_wait_seconds: 30,
+            stream_batch_items: 200,
+            runtime: RuntimeConfig::default(),
+            cgroup: CgroupConfig::default(),
+            sandbox: SandboxConfig::default(),
+            cni: CniConfig::default(),
+            registry: RegistryConfig::default(),
+            streaming: StreamingConfig::default(),
+            metrics: MetricsConfig::default(),
+            nri: NriConfig::default(),
+            pods: PodsConfig::default(),
+        }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            path: "runc".into(),
+            shim_path: String::new(),
+            exec: ExecMode::Native,
+            handlers: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for CgroupConfig {
+    fn default() -> Self {
+        CgroupConfig {
+            driver: CgroupDriver::Cgroupfs,
+            default_parent: "/peapod".into(),
+        }
+    }
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            image: "registry.k8s.io/pause:3.10".into(),
+        }
+    }
+}
+
+impl Default for CniConfig {
+    fn default() -> Self {
+        CniConfig {
+            conf_dir: "/etc/cni/net.d".into(),
+            bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+            plugin_timeout_seconds: 30,
+            default_bridge: "peapod0".into(),
+            default_subnet: "10.88.0.0/16".into(),
+        }
+    }
+}
+
+impl Default for StreamingConfig {
+    fn default() -> Self {
+        StreamingConfig {
+            address: "127.0.0.1:0".into(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+        }
+    }
+}
+
+/// `[pods]`: the pod supervisor (see DEFAULT_TOML for each key).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PodsConfig {
+    pub node_name: String,
+    pub allocatable_cpu: String,
+    pub allocatable_memory: String,
+    pub cgroup_parent: String,
+    pub restart_backoff_base_seconds: u64,
+    pub sync_period_ms: u64,
+    pub node_labels: BTreeMap<String, String>,
+}
+
+impl Default for PodsConfig {
+    fn default() -> Self {
+        PodsConfig {
+            node_name: String::new(),
+            allocatable_cpu: String::new(),
+            allocatable_memory: String::new(),
+            cgroup_parent: "/kubepods".into(),
+            restart_backoff_base_seconds: 10,
+            sync_period_ms: 1000,
+            node_labels: BTreeMap::new(),
+        }
+    }
+}
+
+impl PodsConfig {
+    /// The supervisor's settings, with the machine's values where the file leaves them empty.
+    pub fn settings(&self, root: &Path) -> Result<peapod_pod::settings::Settings, ConfigError> {
+        use peapod_pod::{quantity, settings as s};
+        let node_name = if self.node_name.is_empty() {
+            s::hostname()
+        } else {
+            self.node_name.clone()
+        };
+        let cpu = match self.allocatable_cpu.as_str() {
+            "" => s::machine_cpu_milli(),
+            q => quantity::milli_value(q)
+                .map_err(|e| ConfigError::Invalid(format!("pods.allocatable_cpu {q:?}: {e}")))?,
+        };
+        let machine_memory = s::machine_memory();
+        let memory = match self.allocatable_memory.as_str() {
+            "" => machine_memory,
+            q => quantity::value(q)
+                .map_err(|e| ConfigError::Invalid(format!("pods.allocatable_memory {q:?}: {e}")))?,
+        };
+        Ok(s::Settings {
+            pods_dir: root.join("pods"),
+            node_labels: s::Settings::node_labels(&node_name, &self.node_labels),
+            node_name,
+            allocatable: peapod_pod::resources::Amounts {
+                cpu_milli: cpu,
+                memory,
+            },
+            memory_capacity: machine_memory,
+            cgroup_parent: self.cgroup_parent.clone(),
+            cgroup_root: "/sys/fs/cgroup".into(),
+            backoff_base: std::time::Duration::from_secs(self.restart_backoff_base_seconds.max(1)),
+            sync_period: std::time::Duration::from_millis(self.sync_period_ms.max(100)),
+            oom_score_adj_floor: s::oom_score_adj_floor(),
+            host_ip: s::host_ip(),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("parse {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// How long start-up waits for what another process still holds.
+    pub fn startup_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.startup_wait_seconds)
+    }
+
+    /// Loads `path`; a missing file is the default configuration only when `required` is false
+    /// (the default path may be absent, a path the user named may not).
+    pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+                return Ok(Config::default())
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.into(),
+                    source,
+                })
+            }
+        };
+        Config::parse(&text).map_err(|source| ConfigError::Parse {
+            path: path.into(),
+            source: Box::new(source),
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Config, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// Checks what the daemon relies on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        // Sockets live under `state` and a unix socket path is at most 107 bytes.
+        if self.state.as_os_str().len() > 64 {
+            return Err(ConfigError::Invalid(format!(
+                "state directory {} is longer than 64 bytes; unix socket paths under it would not fit",
+                self.state.display()
+            )));
+        }
+        if self.nri.enabled {
+            let n = &self.nri;
+            if !n.socket_path.is_absolute() || n.socket_path.as_os_str().len() > 107 {
+                return Err(ConfigError::Invalid(format!(
+                    "nri.socket_path {} must be an absolute path of at most 107 bytes",
+                    n.socket_path.display()
+                )));
+            }
+            if n.plugin_registration_timeout_ms == 0 || n.plugin_request_timeout_ms == 0 {
+                return Err(ConfigError::Invalid(
+                    "nri.plugin_registration_timeout_ms and nri.plugin_request_timeout_ms must be over 0".into(),
+                ));
+            }
+        }
+        if self.socket.as_os_str().len() > 107 {
+            return Err(ConfigError::Invalid(format!(
+                "socket path {} is longer than 107 bytes",
+                self.socket.display()
+            )));
+        }
+        if self.runtime.path.is_empty() {
+            return Err(ConfigError::Invalid("runtime.path is empty".into()));
+        }
+        for (name, handler) in &self.runtime.handlers {
+            if !is_dns_label(name) {
+                return Err(ConfigError::Invalid(format!(
+                    "runtime.handlers.{name:?}: a handler's name must be a DNS label (lower-case letters, digits and '-', at most 63, starting and ending with a letter or digit), as a RuntimeClass's handler is"
+                )));
+            }
+            if handler.path.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "runtime.handlers.{name}.path is empty"
+                )));
+            }
+        }
+        if self.stream_batch_items == 0 {
+            return Err(ConfigError::Invalid(
+                "stream_batch_items must be at least 1".into(),
+            ));
+        }
+        for (key, q) in [
+            ("pods.allocatable_cpu", &self.pods.allocatable_cpu),
+            ("pods.allocatable_memory", &self.pods.allocatable_memory),
+        ] {
+            if !q.is_empty() {
+                peapod_pod::quantity::validate(q)
+                    .map_err(|e| ConfigError::Invalid(format!("{key} {q:?}: {e}")))?;
+            }
+        }
+        if !self.pods.cgroup_parent.starts_with('/') {
+            return Err(ConfigError::Invalid(
+                "pods.cgroup_parent must be an absolute cgroup path".into(),
+            ));
+        }
+        if self.registry.idle_timeout_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "registry.idle_timeout_seconds must be at least 1".into(),
+            ));
+        }
+        if !self.cgroup.default_parent.starts_with('/') {
+            return Err(ConfigError::Invalid(
+                "cgroup.default_parent must be an absolute cgroup path".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// RFC 1123 label: what the API server accepts as a RuntimeClass's handler.
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| alnum(c) || *c == b'-')
+        && b.first().is_some_and(alnum)
+        && b.last().is_some_and(alnum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_handlers_are_read_and_checked() {
+        let c = Config::parse(
+            "[runtime.handlers.test-handler]\npath = \"runc\"\n[runtime.handlers.kata]\npath = \"/usr/bin/crun\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.runtime.handlers["test-handler"].path, "runc");
+        assert_eq!(c.runtime.handlers["kata"].path, "/usr/bin/crun");
+        c.validate().unwrap();
+        for (toml, complaint) in [
+            ("[runtime.handlers.Test]\npath = \"runc\"\n", "DNS label"),
+            ("[runtime.handlers.\"-x\"]\npath = \"runc\"\n", "DNS label"),
+            ("[runtime.handlers.\"\"]\npath = \"runc\"\n", "DNS label"),
+            ("[runtime.handlers.x]\n", "runtime.handlers.x.path is empty"),
+        ] {
+            let err = Config::parse(toml)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(complaint), "{toml}: {err}");
+        }
+        assert!(Config::parse("[runtime.handlers.x]\nroot = \"/r\"\n").is_err());
+    }
+
+    #[test]
+    fn default_toml_is_the_default_config() {
+        assert_eq!(Config::parse(DEFAULT_TOML).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn partial_files_keep_defaults_and_unknown_keys_are_refused() {
+        let c = Config::parse(
+            "[runtime]\npath = \"crun\"\n[registry.mirrors.\"registry.k8s.io\"]\nendpoints = [\"http://127.0.0.1:5055\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.runtime.path, "crun");
+        assert_eq!(c.cni, CniConfig::default());
+        assert_eq!(
+            c.registry.mirrors["registry.k8s.io"].endpoints,
+            vec!["http://127.0.0.1:5055".to_string()]
+        );
+        assert!(Config::parse("[runtime]\npth = \"x\"\n").is_err());
+        assert!(Config::parse("[cgroup]\ndriver = \"nope\"\n").is_err());
+    }
+
+    #[test]
+    fn pods_table_resolves_to_settings() {
+        let c = Config::parse(
+            "[pods]\nnode_name = \"n1\"\nallocatable_cpu = \"1500m\"\nallocatable_memory = \"2Gi\"\nrestart_backoff_base_seconds = 1\n[pods.node_labels]\ndisk = \"ssd\"\n",
+        )
+        .unwrap();
+        let s = c.pods.settings(Path::new("/r")).unwrap();
+        assert_eq!(s.node_name, "n1");
+        assert_eq!(s.allocatable.cpu_milli, 1500);
+        assert_eq!(s.allocatable.memory, 2 << 30);
+        assert_eq!(s.node_labels["disk"], "ssd");
+        assert_eq!(s.node_labels["kubernetes.io/hostname"], "n1");
+        assert_eq!(s.backoff_base, std::time::Duration::from_secs(1));
+        assert_eq!(s.pods_dir, Path::new("/r/pods"));
+        let bad = Config::parse("[pods]\nallocatable_cpu = \"lots\"\n").unwrap();
+        assert!(bad.pods.settings(Path::new("/r")).is_err());
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("pods.allocatable_cpu"));
+    }
+
+    #[test]
+    fn missing_default_file_is_default_but_missing_named_file_is_an_error() {
+        let p = Path::new("/nonexistent/peapod.toml");
+        assert_eq!(Config::load(p, false).unwrap(), Config::default());
+        assert!(Config::load(p, true).is_err());
+    }
+}

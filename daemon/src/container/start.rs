@@ -1,0 +1,84 @@
+//! StartContainer.
+
+use super::ContainerService;
+use crate::error::{Error, Result};
+use crate::store::container::{Container, ContainerState};
+use containerd_shim_protos::types::task::Status;
+use peapod_host::timefmt;
+use peapod_proto::v1::ContainerEventType;
+use std::sync::Arc;
+
+impl ContainerService {
+    /// StartContainer: only a created container starts; one that fails to start has exited.
+    /// The work runs to its end even if the caller goes away, so a retry of a start whose
+    /// deadline expired finds the container running: that is success, not an error.
+    pub async fn start(self: &Arc<Self>, id: &str) -> Result<()> {
+        let c = self.containers.read().resolve(id)?;
+        let rt = self.clone();
+        crate::detached::run_to_completion(async move { rt.start_container(c).await }).await
+    }
+
+    async fn start_container(self: &Arc<Self>, c: Arc<Container>) -> Result<()> {
+        let _op = c.op.lock().await;
+        let rec = c.get();
+        if rec.state == ContainerState::Running {
+            tracing::info!(container = %rec.id, "StartContainer of a running container: already started");
+            return Ok(());
+        }
+        if rec.state != ContainerState::Created {
+            return Err(Error::failed_precondition(format!(
+                "container {} is {:?}; only a created container can be started",
+                rec.id, rec.state
+            )));
+        }
+        let shim = self.shims.get(&rec.sandbox_id).await?;
+        self.nri.start_container(&rec.id).await?;
+        // Taken before the start: a process that exits at once must not finish before it
+        // started.
+        let started_at = timefmt::now_ns();
+        let started = match shim.start(&rec.id, "").await {
+            // A start sent by a daemon that died before recording it may have landed since:
+            // the container runs, and that is this call's success.
+            Err(err) => match shim.state(&rec.id, "").await {
+                Ok(s) if s.status == Status::RUNNING => {
+                    tracing::info!(container = %rec.id, "already started by an earlier call");
+                    Ok(s.pid)
+                }
+                _ => Err(err),
+            },
+            ok => ok,
+        };
+        match started {
+            Ok(pid) => {
+                crate::failpoint::hit("container.start.after-runtime-start").await;
+                c.update(|r| {
+                    r.state = ContainerState::Running;
+                    r.pid = pid;
+                    r.started_at_ns = started_at;
+                })?;
+                self.watch_exit(c.clone());
+                self.nri
+                    .post_start_container(&rec.id, pid, started_at)
+                    .await;
+                self.events.emit(
+                    &rec.id,
+                    &rec.sandbox_id,
+                    ContainerEventType::ContainerStartedEvent,
+                );
+                Ok(())
+            }
+            Err(err) => {
+                // As containerd: a container that failed to start has exited with 128.
+                let message = err.to_string();
+                c.update(|r| {
+                    r.state = ContainerState::Exited;
+                    r.exit_code = 128;
+                    r.reason = "StartError".into();
+                    r.message = message;
+                    r.finished_at_ns = timefmt::now_ns();
+                })?;
+                Err(err)
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The host operations of the lifecycle that need root: pinning network namespaces (with the
+//! pod's user namespace when it has one), mounting a pod's /dev/shm, and what a pod with its
+//! own user namespace needs (files given to its root, idmapped binds: `userns` says when).
+//! Behind a trait so that the lifecycle's unit tests run without root against a fake that
+//! can fail (`crate::testing`).
+//!
+//! The trait is synchronous (its callers hold no locks across it and its fakes are plain),
+//! but the real operations are system calls that can block — a mount or unmount waits on the
+//! kernel's mount lock, an unmount of a busy overlay on its writeback — so `RealHostOps` runs
+//! each through [`off_runtime`], which moves the waiting off the async worker threads.
+//!
+//! `netns` holds the namespace pinning itself (and running code in a pinned namespace).
+
+pub mod netns;
+pub mod userns;
+
+use crate::blocking::off_runtime;
+use crate::error::{Error, Result};
+use nix::mount::{mount, MsFlags};
+use std::path::{Path, PathBuf};
+
+/// Size of a pod's /dev/shm (containerd's and Docker's default).
+const SHM_SIZE: &str = "65536k";
+
+pub trait HostOps: Send + Sync {
+    /// Creates a new network namespace pinned at `dir/name`. With `userns` (a pod with its own
+    /// user namespace), the user namespace is made too, pinned at
+    /// [`netns::userns_pin`]`(dir/name)`, and owns the network namespace.
+    fn pin_netns(
+        &self,
+        dir: &Path,
+        name: &str,
+        userns: Option<&peapod_spec::PodUserNamespace>,
+    ) -> Result<PathBuf>;
+    /// Unpins and removes a namespace file (and the user namespace pinned with it); a missing
+    /// one is fine.
+    fn unpin_netns(&self, path: &Path) -> Result<()>;
+    /// Mounts a pod's /dev/shm tmpfs at `path` (made if missing).
+    fn mount_shm(&self, path: &Path) -> Result<()>;
+    /// Detaches the mount at `path`; nothing mounted there is fine.
+    fn unmount(&self, path: &Path) -> Result<()>;
+    /// Gives `path` (not what is below it) to `uid`:`gid`.
+    fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<()>;
+    /// Binds `source` at `target` (an existing mount point) idmapped through the user
+    /// namespace pinned at `userns`: what host root owns appears owned by the namespace's
+    /// root (`mount_setattr(MOUNT_ATTR_IDMAP)`; runc 1.1 cannot make these itself).
+    fn idmapped_bind(
+        &self,
+        source: &Path,
+        target: &Path,
+        userns: &Path,
+        readonly: bool,
+    ) -> Result<()>;
+    /// Removes the cgroup of an object whose runtime `create` may have been cut short (killed
+    /// with a dead daemon, or by recovery): its processes are killed and its directories
+    /// removed in every hierarchy. `cgroups_path` is the runtime spec's; a systemd-driver path
+    /// (`slice:prefix:name`) is left to systemd, which removes an empty scope itself.
+    fn remove_cgroup(&self, cgroups_path: &str) -> Result<()>;
+}
+
+/// The real host.
+pub struct RealHostOps;
+
+impl HostOps for RealHostOps {
+    fn pin_netns(
+        &self,
+        dir: &Path,
+        name: &str,
+        userns: Option<&peapod_spec::PodUserNamespace>,
+    ) -> Result<PathBuf> {
+        off_runtime(|| match userns {
+            Some(u) => netns::create_in_userns(dir, name, u),
+            None => netns::create(dir, name),
+        })
+    }
+
+    fn unpin_netns(&self, path: &Path) -> Result<()> {
+        off_runtime(|| netns::remove(path))
+    }
+
+    fn mount_shm(&self, path: &Path) -> Result<()> {
+        off_runtime(|| {
+            std::fs::create_dir_all(path).map_err(|e| Error::path("create", path, e))?;
+            mount(
+                Some("shm"),
+                path,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                Some(format!("mode=1777,size={SHM_SIZE}").as_str()),
+            )
+            .map_err(|e| Error::path("mount the pod's /dev/shm at", path, e.into()))
+        })
+    }
+
+    fn unmount(&self, path: &Path) -> Result<()> {
+        off_runtime(|| {
+            peapod_host::mount::detach(path)
+                .map(drop)
+                .map_err(|e| Error::path("unmount", path, e))
+        })
+    }
+
+    fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<()> {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid))
+            .map_err(|e| Error::path("chown to the pod's user namespace root", path, e))
+    }
+
+    fn idmapped_bind(
+        &self,
+        source: &Path,
+        target: &Path,
+        userns: &Path,
+        readonly: bool,
+    ) -> Result<()> {
+        off_runtime(|| peapod_host::userns::idmapped_bind(source, target, userns, readonly))
+            .map_err(|e| Error::path("idmapped mount of", source, e))
+    }
+
+    fn remove_cgroup(&self, cgroups_path: &str) -> Result<()> {
+        if cgroups_path.is_empty() || cgroups_path.contains(':') {
+            return Ok(());
+        }
+        let root = Path::new(peapod_host::cgroup::DEFAULT_ROOT);
+        off_runtime(|| peapod_host::cgroup::remove(root, cgroups_path)).map_err(|e| {
+            Error::path(
+                "remove the cgroup",
+                &root.join(cgroups_path.trim_start_matches('/')),
+                e,
+            )
+        })
+    }
+}
+
+/// The image's `/etc/passwd` and `/etc/group` inside a container's root filesystem, read on
+/// the blocking pool: the reader resolves inside the root, never opens a FIFO or a device
+/// (see `peapod_host::rootfs`), and is bounded; running it off the async workers means even a
+/// slow disk cannot stall the daemon. Either file may be absent (`None`); one that exists but
+/// is not a regular file is InvalidArgument naming it.
+pub async fn read_image_accounts(rootfs: &Path) -> Result<(Option<String>, Option<String>)> {
+    let root = rootfs.to_path_buf();
+    let read = move || -> Result<(Option<String>, Option<String>)> {
+        let one = |rel: &str| {
+            peapod_host::rootfs::read_account_file(&root, rel).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::InvalidData {
+                    Error::invalid(format!("image: its /{rel} cannot be used: {e}"))
+                } else {
+                    Error::io(format!("read the image's /{rel}"), e)
+                }
+            })
+        };
+        Ok((one("etc/passwd")?, one("etc/group")?))
+    };
+    tokio::task::spawn_blocking(read)
+        .await
+        .map_err(|e| Error::internal(format!("reading the image's accounts: {e}")))?
+}

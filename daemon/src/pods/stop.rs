@@ -1,0 +1,35 @@
+//! StopPodSandbox: the pod's containers, then the sandbox's own steps, under the pod's locks.
+
+use super::Pods;
+use crate::error::{Optional, Result};
+use crate::store::sandbox::{Sandbox, SandboxState};
+use std::sync::Arc;
+
+impl Pods {
+    /// StopPodSandbox: succeeds for an unknown id. Runs to its end if the caller goes away.
+    pub async fn stop(self: &Arc<Self>, id: &str) -> Result<()> {
+        let Some(sandbox) = self.sandboxes.records().read().resolve(id).optional()? else {
+            return Ok(());
+        };
+        let pods = self.clone();
+        crate::detached::run_to_completion(async move {
+            let _op = sandbox.op.lock().await;
+            let _members = sandbox.members.write().await;
+            pods.stop_locked(&sandbox).await
+        })
+        .await
+    }
+
+    async fn stop_locked(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
+        if sandbox.snapshot().state != SandboxState::Creating
+            && self.sandboxes.live_shim(sandbox).await.is_none()
+        {
+            // Before the watch got to it (or after a restart): what the shim held is killed
+            // through the OCI runtime, so that "stopped" is true.
+            self.settle_dead_shim(sandbox, "the pod's shim is gone")
+                .await;
+        }
+        self.containers.stop_all_of(&sandbox.id).await?;
+        self.sandboxes.stop_own(sandbox).await
+    }
+}

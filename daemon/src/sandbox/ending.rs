@@ -1,0 +1,55 @@
+//! How a sandbox stops being ready without StopPodSandbox, as the pod's watch
+//! (`crate::pods::watch`) and recovery find it: its pause exits, or its shim dies (what the
+//! shim held is then killed and deleted through the OCI runtime).
+
+use super::SandboxService;
+use crate::store::sandbox::{Sandbox, SandboxState};
+use peapod_proto::v1::ContainerEventType;
+
+impl SandboxService {
+    /// A READY sandbox becomes NOTREADY (persisted; event watchers hear of it); any other
+    /// state is left alone. True if it changed.
+    pub(crate) fn ready_to_not_ready(&self, sandbox: &Sandbox) -> bool {
+        match sandbox.update_if(
+            |r| r.state == SandboxState::Ready,
+            |r| r.state = SandboxState::NotReady,
+        ) {
+            Ok(true) => {
+                self.events.emit(
+                    &sandbox.id,
+                    &sandbox.id,
+                    ContainerEventType::ContainerStoppedEvent,
+                );
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                tracing::warn!(sandbox = %sandbox.id, error = %e, "persisting NotReady");
+                false
+            }
+        }
+    }
+
+    /// The pause exited: the pod is not ready any more.
+    pub(crate) fn pause_exited(&self, sandbox: &Sandbox) {
+        if self.ready_to_not_ready(sandbox) {
+            tracing::info!(sandbox = %sandbox.id, "pause exited; pod sandbox not ready");
+        }
+    }
+
+    /// The pod's shim died: the connection is dropped, and `containers` (the pod's) and the
+    /// pause are killed and deleted through the OCI runtime. False if that failed.
+    pub(crate) async fn reap_dead_shim(&self, sandbox: &Sandbox, containers: Vec<String>) -> bool {
+        let id = &sandbox.id;
+        self.shims.forget(id);
+        let mut ids = containers;
+        ids.push(id.clone());
+        match self.shims.reap_orphans(&ids).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(sandbox = %id, error = %e, "killing the containers of a dead shim");
+                false
+            }
+        }
+    }
+}

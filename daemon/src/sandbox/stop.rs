@@ -1,0 +1,126 @@
+//! StopPodSandbox's steps for the sandbox itself (`crate::pods::stop` runs them after the
+//! pod's containers), and the steps it shares with RemovePodSandbox and with the cleanup of a
+//! failed RunPodSandbox.
+//!
+//! Every step is idempotent and tolerates the piece being absent, so the same code cleans up a
+//! sandbox that failed half-way, one that was stopped before, and one a crash left behind.
+
+use super::SandboxService;
+use crate::error::{Error, Optional, Result};
+use crate::shim::Shim;
+use crate::store::sandbox::{Sandbox, SandboxState};
+use containerd_shim_protos::types::task::Status;
+use peapod_proto::v1::ContainerEventType;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a killed pause container may take to be reported dead.
+const PAUSE_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl SandboxService {
+    /// StopPodSandbox's part once the pod's containers are stopped (`crate::pods` stops them,
+    /// holding the pod's locks): NRI, the pause, the network, /dev/shm, NOTREADY.
+    pub(crate) async fn stop_own(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
+        self.nri.stop_pod_sandbox(&sandbox.id).await;
+        self.stop_pause(sandbox).await?;
+        if let Err(e) = self.teardown_network(sandbox).await {
+            // Kept in the record: RemovePodSandbox tries again.
+            tracing::warn!(error = %e, "CNI DEL failed; will retry on remove");
+        }
+        crate::failpoint::hit("sandbox.stop.after-cni-del").await;
+        if let Some(shm) = sandbox.get().shm {
+            self.host.unmount(&shm)?;
+        }
+        self.not_ready(sandbox);
+        Ok(())
+    }
+
+    /// Marks a sandbox NOTREADY (persisted) and, if that changed it, tells event watchers.
+    pub(crate) fn not_ready(&self, sandbox: &Sandbox) {
+        let changed = sandbox.update_if(
+            |r| r.state != SandboxState::NotReady,
+            |r| r.state = SandboxState::NotReady,
+        );
+        match changed {
+            Ok(true) => self.events.emit(
+                &sandbox.id,
+                &sandbox.id,
+                ContainerEventType::ContainerStoppedEvent,
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(sandbox = %sandbox.id, error = %e, "persisting NotReady"),
+        }
+    }
+
+    /// The sandbox's shim, if it is (still) there.
+    pub(crate) async fn live_shim(&self, sandbox: &Sandbox) -> Option<Arc<dyn Shim>> {
+        match self.shims.get(&sandbox.id).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::debug!(sandbox = %sandbox.id, error = %e, "no shim");
+                None
+            }
+        }
+    }
+
+    /// Kills the pause container and waits for its exit.
+    pub(crate) async fn stop_pause(&self, sandbox: &Sandbox) -> Result<()> {
+        let Some(shim) = self.live_shim(sandbox).await else {
+            return Ok(());
+        };
+        match shim.state(&sandbox.id, "").await.optional()? {
+            Some(state) if state.status != Status::STOPPED => {}
+            _ => return Ok(()),
+        }
+        // Pause exits 0 on SIGTERM at once; SIGKILL is what containerd sends and cannot be
+        // ignored, and nothing in pause needs a graceful end.
+        let killed = shim
+            .kill(&sandbox.id, "", libc::SIGKILL as u32, false)
+            .await
+            .optional()?;
+        if killed.is_none() {
+            return Ok(());
+        }
+        match tokio::time::timeout(PAUSE_EXIT_TIMEOUT, shim.wait(&sandbox.id, "")).await {
+            Ok(waited) => waited.optional().map(drop),
+            Err(_) => Err(Error::deadline_exceeded(format!(
+                "pause of sandbox {} did not exit within {PAUSE_EXIT_TIMEOUT:?} of SIGKILL",
+                sandbox.id
+            ))),
+        }
+    }
+
+    /// CNI DEL, then the netns unpinned (StopPodSandbox): a failed DEL keeps the namespace
+    /// for RemovePodSandbox to try again.
+    pub(super) async fn teardown_network(&self, sandbox: &Sandbox) -> Result<()> {
+        self.cni_del(sandbox).await?;
+        self.unpin_netns(sandbox)
+    }
+
+    /// CNI DEL with what ADD used, if ADD started and DEL has not succeeded yet.
+    pub(super) async fn cni_del(&self, sandbox: &Sandbox) -> Result<()> {
+        let rec = sandbox.get();
+        let (Some(cni), Some(ns)) = (rec.cni.as_ref(), rec.netns.as_ref()) else {
+            return Ok(());
+        };
+        if cni.deleted {
+            return Ok(());
+        }
+        self.network.teardown(&sandbox.id, ns, cni).await?;
+        sandbox.update(|r| {
+            if let Some(c) = r.cni.as_mut() {
+                c.deleted = true;
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Unpins the pod's network namespace (and the user namespace pinned with it).
+    pub(super) fn unpin_netns(&self, sandbox: &Sandbox) -> Result<()> {
+        if let Some(ns) = &sandbox.get().netns {
+            self.host.unpin_netns(ns)?;
+            sandbox.update(|r| r.netns = None)?;
+        }
+        Ok(())
+    }
+}

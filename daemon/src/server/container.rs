@@ -1,0 +1,125 @@
+//! CreateContainer, StartContainer, StopContainer, RemoveContainer, ListContainers,
+//! ContainerStatus, UpdateContainerResources, ReopenContainerLog, StreamContainers.
+
+use super::list_stream::{self, ListStream};
+use crate::container::CreateContainer;
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use peapod_proto::v1 as cri;
+use std::sync::Arc;
+
+pub async fn create(
+    daemon: &Arc<Daemon>,
+    req: cri::CreateContainerRequest,
+) -> Result<cri::CreateContainerResponse> {
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
+    let config = req
+        .config
+        .ok_or_else(|| Error::invalid("config is required"))?;
+    let id = daemon
+        .containers
+        .create(CreateContainer {
+            sandbox_id: req.pod_sandbox_id,
+            config,
+            sandbox_config: req.sandbox_config,
+        })
+        .await?;
+    Ok(cri::CreateContainerResponse { container_id: id })
+}
+
+pub async fn start(
+    daemon: &Arc<Daemon>,
+    req: cri::StartContainerRequest,
+) -> Result<cri::StartContainerResponse> {
+    super::required("container_id", &req.container_id)?;
+    daemon.containers.start(&req.container_id).await?;
+    Ok(cri::StartContainerResponse {})
+}
+
+pub async fn stop(
+    daemon: &Arc<Daemon>,
+    req: cri::StopContainerRequest,
+) -> Result<cri::StopContainerResponse> {
+    super::required("container_id", &req.container_id)?;
+    daemon
+        .containers
+        .stop(&req.container_id, req.timeout)
+        .await?;
+    Ok(cri::StopContainerResponse {})
+}
+
+pub async fn remove(
+    daemon: &Arc<Daemon>,
+    req: cri::RemoveContainerRequest,
+) -> Result<cri::RemoveContainerResponse> {
+    super::required("container_id", &req.container_id)?;
+    daemon.containers.remove(&req.container_id).await?;
+    Ok(cri::RemoveContainerResponse {})
+}
+
+pub fn list(
+    daemon: &Daemon,
+    req: cri::ListContainersRequest,
+) -> Result<cri::ListContainersResponse> {
+    let containers = daemon
+        .containers
+        .list(req.filter.as_ref())
+        .iter()
+        .map(|rec| crate::store::to_cri::container_list_item(rec))
+        .collect();
+    Ok(cri::ListContainersResponse { containers })
+}
+
+/// StreamContainers: ListContainers' items, streamed (`list_stream`).
+pub fn stream(
+    daemon: &Daemon,
+    req: cri::StreamContainersRequest,
+) -> Result<ListStream<cri::StreamContainersResponse>> {
+    let items = list(daemon, cri::ListContainersRequest { filter: req.filter })?.containers;
+    Ok(list_stream::stream(
+        items,
+        daemon.config.stream_batch_items,
+        |containers| cri::StreamContainersResponse { containers },
+    ))
+}
+
+pub async fn status(
+    daemon: &Arc<Daemon>,
+    req: cri::ContainerStatusRequest,
+) -> Result<cri::ContainerStatusResponse> {
+    super::required("container_id", &req.container_id)?;
+    let rec = daemon.containers.status(&req.container_id)?;
+    let info = if req.verbose {
+        crate::container::verbose_info(&rec)
+    } else {
+        Default::default()
+    };
+    Ok(cri::ContainerStatusResponse {
+        status: Some(crate::store::to_cri::container_status(&rec)),
+        info,
+    })
+}
+
+pub async fn update_resources(
+    daemon: &Arc<Daemon>,
+    req: cri::UpdateContainerResourcesRequest,
+) -> Result<cri::UpdateContainerResourcesResponse> {
+    super::required("container_id", &req.container_id)?;
+    let linux = req
+        .linux
+        .ok_or_else(|| Error::invalid("linux resources are required"))?;
+    daemon
+        .containers
+        .update_resources(&req.container_id, linux)
+        .await?;
+    Ok(cri::UpdateContainerResourcesResponse {})
+}
+
+pub async fn reopen_log(
+    daemon: &Arc<Daemon>,
+    req: cri::ReopenContainerLogRequest,
+) -> Result<cri::ReopenContainerLogResponse> {
+    super::required("container_id", &req.container_id)?;
+    daemon.containers.reopen_log(&req.container_id).await?;
+    Ok(cri::ReopenContainerLogResponse {})
+}

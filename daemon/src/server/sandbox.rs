@@ -1,0 +1,104 @@
+//! RunPodSandbox, StopPodSandbox, RemovePodSandbox, PodSandboxStatus, ListPodSandbox,
+//! StreamPodSandboxes, UpdatePodSandboxResources.
+
+use super::list_stream::{self, ListStream};
+use crate::daemon::Daemon;
+use crate::error::{Error, Result};
+use peapod_proto::v1 as cri;
+use std::sync::Arc;
+
+pub async fn run(
+    daemon: &Arc<Daemon>,
+    req: cri::RunPodSandboxRequest,
+) -> Result<cri::RunPodSandboxResponse> {
+    let config = req
+        .config
+        .ok_or_else(|| Error::invalid("config is required"))?;
+    if let Some(m) = &config.metadata {
+        tracing::Span::current().record("pod", format!("{}/{}", m.namespace, m.name));
+    }
+    let id = daemon.pods.run(config, req.runtime_handler).await?;
+    Ok(cri::RunPodSandboxResponse { pod_sandbox_id: id })
+}
+
+pub async fn stop(
+    daemon: &Arc<Daemon>,
+    req: cri::StopPodSandboxRequest,
+) -> Result<cri::StopPodSandboxResponse> {
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
+    daemon.pods.stop(&req.pod_sandbox_id).await?;
+    Ok(cri::StopPodSandboxResponse {})
+}
+
+pub async fn remove(
+    daemon: &Arc<Daemon>,
+    req: cri::RemovePodSandboxRequest,
+) -> Result<cri::RemovePodSandboxResponse> {
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
+    daemon.pods.remove(&req.pod_sandbox_id).await?;
+    Ok(cri::RemovePodSandboxResponse {})
+}
+
+pub async fn status(
+    daemon: &Arc<Daemon>,
+    req: cri::PodSandboxStatusRequest,
+) -> Result<cri::PodSandboxStatusResponse> {
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
+    let rec = daemon.sandboxes.status(&req.pod_sandbox_id)?;
+    let info = if req.verbose {
+        crate::sandbox::verbose_info(&rec)
+    } else {
+        Default::default()
+    };
+    // No `containers_statuses` and no `timestamp`, as containerd answers: a kubelet (1.37.2)
+    // with the EventedPLEG gate takes a non-zero timestamp to mean that the pod's container
+    // statuses come with the sandbox's, and then leaves its ActiveContainerStatuses empty, so
+    // it finds no init container on the current sandbox and runs it again, forever (seen
+    // under a real kubelet: the WAR pod stuck in PodInitializing). With a zero timestamp it
+    // asks ContainerStatus for each container, as it does without the gate; its evented PLEG
+    // still relists a pod on our CONTAINER_STOPPED events.
+    Ok(cri::PodSandboxStatusResponse {
+        status: Some(crate::store::to_cri::sandbox_status(&rec)),
+        info,
+        containers_statuses: Vec::new(),
+        timestamp: 0,
+    })
+}
+
+pub fn list(
+    daemon: &Daemon,
+    req: cri::ListPodSandboxRequest,
+) -> Result<cri::ListPodSandboxResponse> {
+    let items = daemon
+        .sandboxes
+        .list(req.filter.as_ref())
+        .iter()
+        .map(|rec| crate::store::to_cri::sandbox_list_item(rec))
+        .collect();
+    Ok(cri::ListPodSandboxResponse { items })
+}
+
+/// StreamPodSandboxes: ListPodSandbox's items, streamed (`list_stream`).
+pub fn stream(
+    daemon: &Daemon,
+    req: cri::StreamPodSandboxesRequest,
+) -> Result<ListStream<cri::StreamPodSandboxesResponse>> {
+    let items = list(daemon, cri::ListPodSandboxRequest { filter: req.filter })?.items;
+    Ok(list_stream::stream(
+        items,
+        daemon.config.stream_batch_items,
+        |pod_sandboxes| cri::StreamPodSandboxesResponse { pod_sandboxes },
+    ))
+}
+
+pub async fn update_resources(
+    daemon: &Arc<Daemon>,
+    req: cri::UpdatePodSandboxResourcesRequest,
+) -> Result<cri::UpdatePodSandboxResourcesResponse> {
+    super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
+    daemon
+        .sandboxes
+        .update_resources(&req.pod_sandbox_id, req.overhead, req.resources)
+        .await?;
+    Ok(cri::UpdatePodSandboxResourcesResponse {})
+}

@@ -1,0 +1,242 @@
+//! Starting pods' shims (`peapod-shim start`) and keeping one connection per pod.
+
+use super::{Shim, ShimClient, Shims};
+use crate::error::{Error, Result};
+use crate::ids;
+use crate::runtime_handlers::{RuntimeHandler, RuntimeHandlers};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Starts shims and keeps one connection per pod.
+pub struct ShimManager {
+    binary: PathBuf,
+    /// Every runtime there is, `(path, root)`, the default's first: what a dead shim left is
+    /// in one of them.
+    runtimes: Vec<(String, PathBuf)>,
+    socket_dir: PathBuf,
+    /// The shims' `--exec` (`runtime.exec`).
+    exec: &'static str,
+    clients: Mutex<HashMap<String, Arc<dyn Shim>>>,
+}
+
+impl ShimManager {
+    pub fn new(binary: PathBuf, handlers: &RuntimeHandlers, socket_dir: PathBuf) -> ShimManager {
+        ShimManager {
+            binary,
+            runtimes: handlers.runtimes(),
+            socket_dir,
+            exec: "native",
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Shims started from now on start execs this way (`native` or `runc`).
+    pub fn with_exec(mut self, exec: &'static str) -> ShimManager {
+        self.exec = exec;
+        self
+    }
+
+    /// The shim binary: the configured path, else `peapod-shim` beside this executable, else PATH.
+    pub fn find_binary(configured: &str) -> PathBuf {
+        if !configured.is_empty() {
+            return PathBuf::from(configured);
+        }
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("peapod-shim")))
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from("peapod-shim"))
+    }
+
+    fn cache(&self, id: &str, client: ShimClient) -> Arc<dyn Shim> {
+        let client: Arc<dyn Shim> = Arc::new(client);
+        self.clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), client.clone());
+        client
+    }
+}
+
+#[async_trait]
+impl Shims for ShimManager {
+    /// `peapod-shim start` with the handler's runtime, which returns once the shim serves.
+    async fn start(
+        &self,
+        sandbox_id: &str,
+        handler: &RuntimeHandler,
+        log: &Path,
+    ) -> Result<Arc<dyn Shim>> {
+        std::fs::create_dir_all(&self.socket_dir)
+            .map_err(|e| Error::path("create", &self.socket_dir, e))?;
+        let socket = self.socket_path(sandbox_id);
+        let output = tokio::process::Command::new(&self.binary)
+            .arg("start")
+            .args(["--id", sandbox_id])
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--runtime", &handler.path])
+            .arg("--runtime-root")
+            .arg(&handler.root)
+            .arg("--log")
+            .arg(log)
+            .args(["--exec", self.exec])
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|e| Error::io(format_args!("shim: run {}", self.binary.display()), e))?;
+        if !output.status.success() {
+            return Err(Error::internal(format!(
+                "shim: starting the shim failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        let client = ShimClient::connect(&socket).await?;
+        Ok(self.cache(sandbox_id, client))
+    }
+
+    async fn get(&self, sandbox_id: &str) -> Result<Arc<dyn Shim>> {
+        {
+            let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+            match clients.get(sandbox_id) {
+                Some(c) if c.alive() => return Ok(c.clone()),
+                // A dead shim's connection is dropped; connecting again says why it is gone.
+                Some(_) => {
+                    clients.remove(sandbox_id);
+                }
+                None => {}
+            }
+        }
+        let client = ShimClient::connect(&self.socket_path(sandbox_id)).await?;
+        Ok(self.cache(sandbox_id, client))
+    }
+
+    fn forget(&self, sandbox_id: &str) {
+        self.clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(sandbox_id);
+    }
+
+    /// Short, so that it fits a unix socket address.
+    fn socket_path(&self, sandbox_id: &str) -> PathBuf {
+        self.socket_dir.join(ids::short(sandbox_id))
+    }
+
+    fn attach_socket_path(&self, container_id: &str) -> PathBuf {
+        self.socket_dir
+            .join(format!("{}.a", ids::short(container_id)))
+    }
+
+    async fn reap_orphans(&self, container_ids: &[String]) -> Result<()> {
+        let mut failures = Vec::new();
+        for id in container_ids {
+            // The default runtime as always (its delete of a container it does not have
+            // changes nothing); every other runtime only where it lists the container.
+            for (n, (runtime, root)) in self.runtimes.iter().enumerate() {
+                let result = if n == 0 {
+                    self.kill_and_delete(runtime, root, id).await
+                } else if !root.exists() {
+                    Ok(()) // a runtime no pod has used yet has no containers
+                } else {
+                    match self.runtime_ids(runtime, root).await {
+                        Ok(ids) if ids.iter().any(|c| c == id) => {
+                            self.kill_and_delete(runtime, root, id).await
+                        }
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                };
+                if let Err(e) = result {
+                    failures.push(format!("{id}: {e}"));
+                }
+            }
+            // What the dead shim would have removed: its socket (the pod's id) and attach
+            // sockets (a container's).
+            for socket in [self.socket_path(id), self.attach_socket_path(id)] {
+                if let Err(e) = peapod_host::fs::remove_file_if_exists(&socket) {
+                    failures.push(format!("{}: {e}", socket.display()));
+                }
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::internal(format!(
+                "removing containers of a dead shim through the OCI runtime: {}",
+                failures.join("; ")
+            )))
+        }
+    }
+}
+
+/// How long one OCI runtime command may take when the daemon runs it itself.
+const RUNTIME_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl ShimManager {
+    /// `<runtime> --root <root> ARGS`, bounded in time.
+    async fn runtime(
+        &self,
+        runtime: &str,
+        root: &Path,
+        args: &[&str],
+    ) -> Result<std::process::Output> {
+        let run = tokio::process::Command::new(runtime)
+            .arg("--root")
+            .arg(root)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        match tokio::time::timeout(RUNTIME_TIMEOUT, run).await {
+            Ok(out) => out.map_err(|e| Error::io(format_args!("run {runtime}"), e)),
+            Err(_) => Err(Error::deadline_exceeded(format!(
+                "{runtime} {} did not finish within {RUNTIME_TIMEOUT:?}",
+                args.join(" ")
+            ))),
+        }
+    }
+
+    /// The containers the OCI runtime knows (`list -q`).
+    async fn runtime_ids(&self, runtime: &str, root: &Path) -> Result<Vec<String>> {
+        let out = self.runtime(runtime, root, &["list", "-q"]).await?;
+        if !out.status.success() {
+            return Err(Error::internal(format!(
+                "{runtime} list: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// SIGKILL to every process of the container, then `delete --force`. Whether it worked
+    /// is judged by the runtime's own list afterwards, never by the text of an error.
+    async fn kill_and_delete(&self, runtime: &str, root: &Path, id: &str) -> Result<()> {
+        // Fails for a container that is not running (or not there): delete decides.
+        let _ = self
+            .runtime(runtime, root, &["kill", "--all", id, "KILL"])
+            .await?;
+        let delete = self
+            .runtime(runtime, root, &["delete", "--force", id])
+            .await?;
+        if delete.status.success()
+            || !self
+                .runtime_ids(runtime, root)
+                .await?
+                .iter()
+                .any(|c| c == id)
+        {
+            return Ok(());
+        }
+        Err(Error::internal(format!(
+            "{runtime} delete --force {id}: {}",
+            String::from_utf8_lossy(&delete.stderr).trim()
+        )))
+    }
+}

@@ -1,0 +1,512 @@
+//! The helper's work, in a process of its own (`peapod-shim nsexec`, single-threaded, so
+//! that joining a user or mount namespace and forking are allowed and safe): what `runc exec`
+//! does, in runc's order.
+//!
+//! In the helper: the exec's seccomp program compiled (with the host's libseccomp), the
+//! container's cgroups joined (the paths of its init in `/proc/PID/cgroup`), its
+//! oom_score_adj set, then every namespace of the init that differs from ours joined at once
+//! through the init's pidfd. Then a fork: the child is in the container's PID namespace and
+//! becomes the process; the helper writes the child's pid to the pid file and exits, so that
+//! the child is reparented to the shim (a subreaper), exactly as after `runc exec --detach`.
+//!
+//! In the child (`become_process`): a session of its own, rlimits, no_new_privs, seccomp
+//! (here when no_new_privs is off: loading it then needs CAP_SYS_ADMIN), the bounding set,
+//! supplementary groups, gid, uid (keeping the permitted set), HOME from the container's
+//! /etc/passwd when the environment has none, the working directory, the capability sets,
+//! seccomp (here when no_new_privs is on: as late as possible), then execve. A failure on
+//! the way is written to a close-on-exec pipe; an empty pipe at EOF means execve succeeded.
+
+use super::caps::{self, Sets};
+use super::seccomp;
+use super::spec::{Config, Process};
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+/// What the helper is told (`peapod-shim nsexec` flags).
+pub struct Request<'a> {
+    pub bundle: &'a Path,
+    pub process: &'a Path,
+    pub pid_file: &'a Path,
+    pub init_pid: i32,
+}
+
+fn os(what: impl std::fmt::Display) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+/// Namespaces an exec joins, by their /proc/PID/ns names (user first: the kernel joins the
+/// user namespace first anyway when several are given to one setns).
+const NAMESPACES: [(&str, libc::c_int); 8] = [
+    ("user", libc::CLONE_NEWUSER),
+    ("mnt", libc::CLONE_NEWNS),
+    ("net", libc::CLONE_NEWNET),
+    ("ipc", libc::CLONE_NEWIPC),
+    ("uts", libc::CLONE_NEWUTS),
+    ("pid", libc::CLONE_NEWPID),
+    ("cgroup", libc::CLONE_NEWCGROUP),
+    ("time", 0x80), // CLONE_NEWTIME
+];
+
+/// The setns flags for every namespace of `pid` that this process is not in.
+fn namespaces_to_join(pid: i32) -> Result<libc::c_int, String> {
+    let mut flags = 0;
+    for (name, flag) in NAMESPACES {
+        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{name}"));
+        let ours = std::fs::read_link(format!("/proc/self/ns/{name}"));
+        match (theirs, ours) {
+            (Ok(t), Ok(o)) if t != o => flags |= flag,
+            (Ok(_), Ok(_)) => {}
+            // A kernel without this namespace kind.
+            (Err(e), _) | (_, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+            (Err(e), _) | (_, Err(e)) => return Err(format!("namespace {name} of {pid}: {e}")),
+        }
+    }
+    Ok(flags)
+}
+
+/// Moves this process into the cgroups of `pid` (every hierarchy: v1, hybrid or v2).
+fn join_cgroups(pid: i32) -> Result<(), String> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map_err(|e| format!("read the cgroups of {pid}: {e}"))?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("read mountinfo: {e}"))?;
+    let me = std::process::id().to_string();
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Some(mount) = hierarchy_mount(&mounts, controllers) else {
+            // A hierarchy nobody mounted here (a named one of another tool): runc leaves it.
+            continue;
+        };
+        let procs = Path::new(&mount)
+            .join(path.trim_start_matches('/'))
+            .join("cgroup.procs");
+        std::fs::write(&procs, &me).map_err(|e| format!("join {}: {e}", procs.display()))?;
+    }
+    Ok(())
+}
+
+/// The mount point of the cgroup hierarchy with these controllers ("" for v2; "name=systemd").
+fn hierarchy_mount(mountinfo: &str, controllers: &str) -> Option<String> {
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = left.split(' ').collect();
+        let r: Vec<&str> = right.split(' ').collect();
+        let (Some(point), Some(fstype), Some(opts)) = (fields.get(4), r.first(), r.get(2)) else {
+            continue;
+        };
+        // Only whole hierarchies (root "/"), as mounted by the host.
+        if fields.get(3) != Some(&"/") {
+            continue;
+        }
+        if controllers.is_empty() {
+            if *fstype == "cgroup2" {
+                return Some(point.to_string());
+            }
+            continue;
+        }
+        if *fstype != "cgroup" {
+            continue;
+        }
+        let opts: Vec<&str> = opts.split(',').collect();
+        if controllers.split(',').all(|c| opts.contains(&c)) {
+            return Some(point.to_string());
+        }
+    }
+    None
+}
+
+fn pidfd_open(pid: i32) -> Result<OwnedFd, String> {
+    // SAFETY: pidfd_open with integer arguments; the descriptor is owned from here on.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(os(format_args!("pidfd_open({pid})")));
+    }
+    // SAFETY: a fresh descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn pipe() -> Result<(std::fs::File, std::fs::File), String> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors, owned by the Files from here on.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(os("pipe"));
+    }
+    // SAFETY: fresh descriptors.
+    Ok(unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    })
+}
+
+/// Everything the child needs, made before the fork.
+struct Prepared {
+    argv: Vec<CString>,
+    env: Vec<String>,
+    cwd: String,
+    uid: u32,
+    gid: u32,
+    groups: Vec<libc::gid_t>,
+    sets: Sets,
+    last_cap: u32,
+    no_new_privs: bool,
+    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
+    bpf: Option<(Vec<u8>, libc::c_uint)>,
+}
+
+fn rlimit_resource(name: &str) -> Result<libc::__rlimit_resource_t, String> {
+    Ok(match name {
+        "RLIMIT_CPU" => libc::RLIMIT_CPU,
+        "RLIMIT_FSIZE" => libc::RLIMIT_FSIZE,
+        "RLIMIT_DATA" => libc::RLIMIT_DATA,
+        "RLIMIT_STACK" => libc::RLIMIT_STACK,
+        "RLIMIT_CORE" => libc::RLIMIT_CORE,
+        "RLIMIT_RSS" => libc::RLIMIT_RSS,
+        "RLIMIT_NPROC" => libc::RLIMIT_NPROC,
+        "RLIMIT_NOFILE" => libc::RLIMIT_NOFILE,
+        "RLIMIT_MEMLOCK" => libc::RLIMIT_MEMLOCK,
+        "RLIMIT_AS" => libc::RLIMIT_AS,
+        "RLIMIT_LOCKS" => libc::RLIMIT_LOCKS,
+        "RLIMIT_SIGPENDING" => libc::RLIMIT_SIGPENDING,
+        "RLIMIT_MSGQUEUE" => libc::RLIMIT_MSGQUEUE,
+        "RLIMIT_NICE" => libc::RLIMIT_NICE,
+        "RLIMIT_RTPRIO" => libc::RLIMIT_RTPRIO,
+        "RLIMIT_RTTIME" => libc::RLIMIT_RTTIME,
+        other => return Err(format!("rlimit {other:?} is not known")),
+    })
+}
+
+fn prepare(process: &Process, config: &Config) -> Result<Prepared, String> {
+    let argv = process
+        .args
+        .iter()
+        .map(|a| CString::new(a.as_str()).map_err(|_| format!("argument {a:?} holds a NUL")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let last_cap = caps::last_cap();
+    let c = process
+        .capabilities
+        .as_ref()
+        .ok_or("the process has no capabilities")?;
+    let sets = Sets {
+        bounding: caps::mask(&c.bounding, last_cap),
+        effective: caps::mask(&c.effective, last_cap),
+        permitted: caps::mask(&c.permitted, last_cap),
+        inheritable: caps::mask(&c.inheritable, last_cap),
+        ambient: caps::mask(&c.ambient, last_cap),
+    };
+    let rlimits = process
+        .rlimits
+        .iter()
+        .map(|r| {
+            Ok((
+                rlimit_resource(&r.kind)?,
+                libc::rlimit {
+                    rlim_cur: r.soft,
+                    rlim_max: r.hard,
+                },
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let bpf = match &config.linux.seccomp {
+        Some(profile) => Some((seccomp::compile(profile)?, seccomp::load_flags(profile)?)),
+        None => None,
+    };
+    Ok(Prepared {
+        argv,
+        env: process.env.clone(),
+        cwd: if process.cwd.is_empty() {
+            "/".into()
+        } else {
+            process.cwd.clone()
+        },
+        uid: process.user.uid,
+        gid: process.user.gid,
+        groups: process.user.additional_gids.clone(),
+        sets,
+        last_cap,
+        no_new_privs: process.no_new_privileges,
+        rlimits,
+        bpf,
+    })
+}
+
+/// Runs the exec; returns the pid of the process once it has exec'd its program.
+pub fn run(req: &Request) -> Result<u32, String> {
+    let process: Process = super::spec::read(req.process)?;
+    let config: Config = super::spec::read(&req.bundle.join("config.json"))?;
+    if let Some(why) = super::spec::unsupported(&process, &config, &super::spec::Lsm::of_host()) {
+        return Err(format!("native exec cannot do {why}"));
+    }
+    let mut prepared = prepare(&process, &config)?;
+    // The pid file is opened here, while the host's file system is still ours.
+    let mut pid_file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(req.pid_file)
+        .map_err(|e| format!("open {}: {e}", req.pid_file.display()))?;
+    let pidfd = pidfd_open(req.init_pid)?;
+    let flags = namespaces_to_join(req.init_pid)?;
+    join_cgroups(req.init_pid)?;
+    if let Some(adj) = process.oom_score_adj {
+        std::fs::write("/proc/self/oom_score_adj", adj.to_string())
+            .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
+    }
+    // The init is still there: a pidfd of a process that has exited refuses setns.
+    // SAFETY: setns with a live pidfd and namespace flags.
+    if flags != 0 && unsafe { libc::setns(pidfd.as_raw_fd(), flags) } < 0 {
+        return Err(os(format_args!("join the namespaces of {}", req.init_pid)));
+    }
+    drop(pidfd);
+    let (mut reader, writer) = pipe()?;
+    // SAFETY: this process is single-threaded (the helper runs nothing else), so the child
+    // may do anything after fork.
+    match unsafe { libc::fork() } {
+        -1 => Err(os("fork")),
+        0 => {
+            drop(reader);
+            let err = become_process(&mut prepared);
+            let mut w = writer;
+            let _ = w.write_all(err.as_bytes());
+            // SAFETY: leave without running the helper's exit handlers in the child.
+            unsafe { libc::_exit(1) }
+        }
+        child => {
+            drop(writer);
+            let mut failure = String::new();
+            let _ = reader.read_to_string(&mut failure);
+            if !failure.is_empty() {
+                let mut status = 0;
+                // SAFETY: our own child, which has exited or is about to.
+                unsafe { libc::waitpid(child, &mut status, 0) };
+                return Err(failure);
+            }
+            write!(pid_file, "{child}")
+                .and_then(|_| pid_file.flush())
+                .map_err(|e| format!("write {}: {e}", req.pid_file.display()))?;
+            Ok(child as u32)
+        }
+    }
+}
+
+/// In the child: becomes the process and execs it. Returns only on failure, with why.
+fn become_process(p: &mut Prepared) -> String {
+    match setup(p) {
+        Ok(never) => match never {},
+        Err(e) => format!("exec failed: unable to start container process: {e}"),
+    }
+}
+
+enum Never {}
+
+fn setup(p: &mut Prepared) -> Result<Never, String> {
+    // SAFETY: setsid has no preconditions.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(os("setsid"));
+    }
+    for (resource, limit) in &p.rlimits {
+        // SAFETY: a valid rlimit.
+        if unsafe { libc::setrlimit(*resource, limit) } < 0 {
+            return Err(os(format_args!("setrlimit {resource}")));
+        }
+    }
+    // Descriptors other than stdio do not reach the program.
+    // SAFETY: close_range with integer arguments.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if p.no_new_privs {
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
+            return Err(os("set no_new_privs"));
+        }
+    }
+    if let (Some((bpf, flags)), false) = (&p.bpf, p.no_new_privs) {
+        seccomp::load(bpf, *flags).map_err(|e| format!("load the seccomp filter: {e}"))?;
+    }
+    let cwd = CString::new(p.cwd.as_str()).map_err(|_| "cwd holds a NUL".to_string())?;
+    // First as root (a directory root may enter and the user not), again after the user.
+    // SAFETY: a valid C string.
+    let mut in_cwd = unsafe { libc::chdir(cwd.as_ptr()) } == 0;
+    caps::apply_bounding(p.sets.bounding, p.last_cap)?;
+    caps::keep_caps(true)?;
+    set_user(p)?;
+    if !in_cwd {
+        // SAFETY: as above.
+        if unsafe { libc::chdir(cwd.as_ptr()) } < 0 {
+            return Err(os(format_args!(
+                "chdir to cwd ({:?}) set in config.json failed",
+                p.cwd
+            )));
+        }
+        in_cwd = true;
+    }
+    let _ = in_cwd;
+    caps::keep_caps(false)?;
+    caps::apply(&p.sets, p.last_cap)?;
+    if let (Some((bpf, flags)), true) = (&p.bpf, p.no_new_privs) {
+        seccomp::load(bpf, *flags).map_err(|e| format!("load the seccomp filter: {e}"))?;
+    }
+    exec(p)
+}
+
+fn set_user(p: &mut Prepared) -> Result<(), String> {
+    // stdio owned by the user it now serves (runc's fixStdioPermissions), /dev/null aside.
+    let null = std::fs::metadata("/dev/null").ok();
+    for fd in 0..3 {
+        // SAFETY: fstat into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } < 0 {
+            continue;
+        }
+        use std::os::unix::fs::MetadataExt;
+        if null.as_ref().is_some_and(|n| n.rdev() == st.st_rdev)
+            && st.st_mode & libc::S_IFMT == libc::S_IFCHR
+        {
+            continue;
+        }
+        if st.st_uid == p.uid && st.st_gid == p.gid {
+            continue;
+        }
+        // SAFETY: fchown of an open descriptor.
+        if unsafe { libc::fchown(fd, p.uid, p.gid) } < 0 {
+            let e = std::io::Error::last_os_error();
+            // A read-only or foreign file (EINVAL, EPERM) stays as it is, as in runc.
+            if !matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EPERM)) {
+                return Err(format!("chown stdio fd {fd}: {e}"));
+            }
+        }
+    }
+    let setgroups_allowed = std::fs::read_to_string("/proc/self/setgroups")
+        .map(|s| s.trim() != "deny")
+        .unwrap_or(true);
+    if setgroups_allowed {
+        // SAFETY: a live array of `len` gids.
+        if unsafe { libc::setgroups(p.groups.len(), p.groups.as_ptr()) } < 0 {
+            return Err(os("setgroups"));
+        }
+    }
+    // The raw calls: this thread is the process.
+    // SAFETY: setresgid/setresuid with integer arguments.
+    if unsafe { libc::syscall(libc::SYS_setresgid, p.gid, p.gid, p.gid) } < 0 {
+        return Err(os(format_args!("setgid {}", p.gid)));
+    }
+    // SAFETY: as above.
+    if unsafe { libc::syscall(libc::SYS_setresuid, p.uid, p.uid, p.uid) } < 0 {
+        return Err(os(format_args!("setuid {}", p.uid)));
+    }
+    if !p.env.iter().any(|e| e.starts_with("HOME=")) {
+        let home = home_of(p.uid).unwrap_or_else(|| "/".into());
+        p.env.push(format!("HOME={home}"));
+    }
+    Ok(())
+}
+
+/// The home directory of `uid` in the container's /etc/passwd.
+fn home_of(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 7 && f[2].parse::<u32>().ok() == Some(uid)).then(|| f[5].to_string())
+    })
+}
+
+/// The program's path: as given when it holds a '/', else the first match on the process's
+/// own PATH (as runc looks it up, with the process's environment).
+fn resolve(program: &str, env: &[String]) -> Result<CString, String> {
+    let not_found = || format!("exec: {program:?}: executable file not found in $PATH");
+    if program.contains('/') {
+        return CString::new(program).map_err(|_| not_found());
+    }
+    let path = env
+        .iter()
+        .rev()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("");
+    for dir in path.split(':') {
+        let dir = if dir.is_empty() { "." } else { dir };
+        let candidate = Path::new(dir).join(program);
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = std::fs::metadata(&candidate) {
+            if m.is_file() && m.permissions().mode() & 0o111 != 0 {
+                return CString::new(candidate.to_string_lossy().as_bytes())
+                    .map_err(|_| not_found());
+            }
+        }
+    }
+    Err(not_found())
+}
+
+fn exec(p: &Prepared) -> Result<Never, String> {
+    let program = p.argv[0].to_string_lossy().into_owned();
+    let path = resolve(&program, &p.env)?;
+    let env = p
+        .env
+        .iter()
+        .map(|e| {
+            CString::new(e.as_str()).map_err(|_| format!("environment entry {e:?} holds a NUL"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    // SAFETY: NUL-terminated arrays of live C strings.
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    Err(os(format_args!("exec {}", path.to_string_lossy())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+30 23 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+31 30 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate
+32 30 0:28 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd
+33 30 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+34 30 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+35 30 0:30 /inner /elsewhere rw - cgroup cgroup rw,memory
+";
+
+    #[test]
+    fn hierarchies_are_found_by_their_controllers() {
+        let m = |c| hierarchy_mount(MOUNTINFO, c);
+        assert_eq!(
+            m("cpu,cpuacct").as_deref(),
+            Some("/sys/fs/cgroup/cpu,cpuacct")
+        );
+        assert_eq!(m("memory").as_deref(), Some("/sys/fs/cgroup/memory"));
+        assert_eq!(m("name=systemd").as_deref(), Some("/sys/fs/cgroup/systemd"));
+        assert_eq!(m("").as_deref(), Some("/sys/fs/cgroup/unified"));
+        assert_eq!(m("pids"), None);
+    }
+
+    #[test]
+    fn programs_are_found_on_the_processs_own_path() {
+        let env = vec!["PATH=/nonexistent:/usr/bin:/bin".to_string()];
+        assert_eq!(resolve("/x/y", &env).unwrap().to_str().unwrap(), "/x/y");
+        let sh = resolve("sh", &env).unwrap();
+        assert!(sh.to_str().unwrap().ends_with("/sh"), "{sh:?}");
+        let e = resolve("no-such-program-here", &env).unwrap_err();
+        assert!(e.contains("executable file not found in $PATH"), "{e}");
+        assert!(
+            resolve("sh", &[]).is_err(),
+            "no PATH: only names with a slash"
+        );
+    }
+}

@@ -1,0 +1,365 @@
+//! Prints pod start-up figures for any CRI endpoint, so that peapod and containerd (or CRI-O)
+//! can be measured side by side on one machine:
+//!
+//! ```text
+//! peapod-bench [--endpoint unix:///run/peapod/peapod.sock] [--runs 20] [--cgroup-parent /peapod-bench]
+//!              [--daemon-match "containerd --config"] [--shim-match containerd-shim-runc-v2]
+//!              [--exec-runs 200] [--exec-image REF]
+//! ```
+//!
+//! For each run: RunPodSandbox is timed (until the sandbox is ready, as the CRI requires),
+//! then the pod is stopped and removed (not timed). It then prints min, p50, p90 and max, the
+//! ListPodSandbox latency with N pods present, and the resident memory of the daemon and of
+//! the shims when they can be found by their command lines.
+//!
+//! Then the exec-probe figure: one pod with one running container, and `--exec-runs` ExecSync
+//! calls of `true` in it, one after the other, as the kubelet's exec probes make them; it
+//! prints min, p50, p90 and max. The image is `--exec-image` if given (it must be pullable by
+//! the endpoint), else a busybox image the benchmark builds and serves from a registry of its
+//! own on loopback. `--exec-runs 0` skips it.
+//!
+//! With `--scale 20,300,1000` it measures a node at those pod counts instead, for one or more
+//! `--target`s side by side (see `scale.rs`):
+//!
+//! ```text
+//! peapod-bench --scale 20,300,1000 --target name=peapod,endpoint=unix:///…,daemon-pid=N
+//!              --target name=containerd,endpoint=unix:///…,daemon-pid=M,shim-match=TEXT
+//!              [--calls 200] [--rounds 10] [--idle-seconds 30] [--parallel 8] [--exec-calls 20]
+//!              [--image REF]
+//! ```
+
+mod scale;
+
+use e2e::fixtures::sandbox_config;
+use e2e::Cri;
+use peapod_proto::v1 as cri;
+use std::time::{Duration, Instant};
+
+struct Args {
+    endpoint: String,
+    runs: usize,
+    cgroup_parent: String,
+    handler: String,
+    /// Command-line substrings that find the daemon's and the shims' processes.
+    daemon_match: String,
+    shim_match: String,
+    /// ExecSync calls for the exec-probe figure (0: none).
+    exec_runs: usize,
+    exec_image: Option<String>,
+}
+
+/// `--scale` and its flags, if given.
+fn parse_scale() -> Option<scale::ScaleArgs> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if !argv.iter().any(|a| a == "--scale") {
+        return None;
+    }
+    let mut a = scale::ScaleArgs {
+        levels: Vec::new(),
+        targets: Vec::new(),
+        calls: 200,
+        rounds: 10,
+        idle_seconds: 30,
+        parallel: 8,
+        exec_calls: 20,
+        image: None,
+    };
+    let mut it = argv.into_iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        let number = |v: String| -> usize { v.parse().expect("a number") };
+        match flag.as_str() {
+            "--scale" => {
+                a.levels = value()
+                    .split(',')
+                    .map(|n| n.trim().parse().expect("--scale takes N,N,..."))
+                    .collect()
+            }
+            "--target" => a.targets.push(scale::parse_target(&value())),
+            "--calls" => a.calls = number(value()),
+            "--rounds" => a.rounds = number(value()),
+            "--idle-seconds" => a.idle_seconds = number(value()) as u64,
+            "--parallel" => a.parallel = number(value()),
+            "--exec-calls" => a.exec_calls = number(value()),
+            "--image" => a.image = Some(value()),
+            other => panic!("unknown flag {other} (with --scale)"),
+        }
+    }
+    assert!(!a.targets.is_empty(), "--scale needs at least one --target");
+    Some(a)
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        endpoint: "unix:///run/peapod/peapod.sock".into(),
+        runs: 20,
+        cgroup_parent: "/peapod-bench".into(),
+        handler: String::new(),
+        daemon_match: "peapod serve".into(),
+        shim_match: "peapod-shim serve".into(),
+        exec_runs: 200,
+        exec_image: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--endpoint" => a.endpoint = value(),
+            "--runs" => a.runs = value().parse().expect("--runs is a number"),
+            "--cgroup-parent" => a.cgroup_parent = value(),
+            "--runtime-handler" => a.handler = value(),
+            "--daemon-match" => a.daemon_match = value(),
+            "--shim-match" => a.shim_match = value(),
+            "--exec-runs" => a.exec_runs = value().parse().expect("--exec-runs is a number"),
+            "--exec-image" => a.exec_image = Some(value()),
+            "-h" | "--help" => {
+                println!("peapod-bench [--endpoint unix://PATH] [--runs N] [--cgroup-parent PATH] [--runtime-handler NAME] [--daemon-match CMDLINE-SUBSTRING] [--shim-match CMDLINE-SUBSTRING] [--exec-runs N] [--exec-image REF]");
+                std::process::exit(0);
+            }
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    a
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// Memory of one process, in kB: resident (RSS, counting shared library and binary pages in
+/// full), proportional (PSS, shared pages divided among their users) and private (what the
+/// process alone costs).
+#[derive(Debug, Clone, Copy, Default)]
+struct Mem {
+    rss: u64,
+    pss: u64,
+    private: u64,
+}
+
+fn mem_of(pid: u32) -> Option<Mem> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Some(Mem {
+        rss: field("Rss:"),
+        pss: field("Pss:"),
+        private: field("Private_Clean:") + field("Private_Dirty:"),
+    })
+}
+
+/// Memory of the processes whose command line contains `needle`.
+fn mem_matching(needle: &str) -> Vec<(u32, Mem)> {
+    e2e::host::processes_with(needle)
+        .into_iter()
+        .filter_map(|pid| Some((pid, mem_of(pid)?)))
+        .collect()
+}
+
+fn mb(kb: u64) -> f64 {
+    kb as f64 / 1024.0
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    if let Some(scale) = parse_scale() {
+        return scale::run(scale).await;
+    }
+    let args = parse_args();
+    let mut c = Cri::connect(&args.endpoint).await?;
+    let v = c
+        .runtime
+        .version(cri::VersionRequest::default())
+        .await?
+        .into_inner();
+    println!(
+        "endpoint {} : {} {} (CRI {})",
+        args.endpoint, v.runtime_name, v.runtime_version, v.runtime_api_version
+    );
+    let run_id = std::process::id();
+    let mut times = Vec::with_capacity(args.runs);
+    let mut kept = Vec::new();
+    for i in 0..args.runs {
+        let config = sandbox_config(&format!("bench-{run_id}-{i}"), &args.cgroup_parent);
+        let start = Instant::now();
+        let id = c
+            .runtime
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: args.handler.clone(),
+            })
+            .await?
+            .into_inner()
+            .pod_sandbox_id;
+        times.push(start.elapsed());
+        kept.push(id);
+    }
+    // Memory and list latency with all pods up.
+    let list_start = Instant::now();
+    let n = c
+        .runtime
+        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+        .await?
+        .into_inner()
+        .items
+        .len();
+    let list_time = list_start.elapsed();
+    let daemons = mem_matching(&args.daemon_match);
+    let shims = mem_matching(&args.shim_match);
+    for id in &kept {
+        c.runtime
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: id.clone(),
+            })
+            .await?;
+        c.runtime
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: id.clone(),
+            })
+            .await?;
+    }
+    times.sort();
+    println!("RunPodSandbox over {} runs (pods kept up):", times.len());
+    println!(
+        "  min {}  p50 {}  p90 {}  max {}",
+        ms(times[0]),
+        ms(percentile(&times, 0.5)),
+        ms(percentile(&times, 0.9)),
+        ms(*times.last().unwrap_or(&Duration::ZERO))
+    );
+    println!("ListPodSandbox with {n} pods: {}", ms(list_time));
+    if args.exec_runs > 0 {
+        exec_probe(&mut c, &args, run_id).await?;
+    }
+    for (pid, m) in &daemons {
+        println!(
+            "daemon pid {pid}: RSS {:.1} MB, PSS {:.1} MB, private {:.1} MB",
+            mb(m.rss),
+            mb(m.pss),
+            mb(m.private)
+        );
+    }
+    if !shims.is_empty() {
+        let n = shims.len() as u64;
+        let sum = |f: fn(&Mem) -> u64| shims.iter().map(|(_, m)| f(m)).sum::<u64>();
+        println!(
+            "shims: {n} processes, mean per shim: RSS {:.2} MB, PSS {:.2} MB, private {:.2} MB",
+            mb(sum(|m| m.rss) / n),
+            mb(sum(|m| m.pss) / n),
+            mb(sum(|m| m.private) / n)
+        );
+    }
+    Ok(())
+}
+
+/// ExecSync `true` `args.exec_runs` times in one running container; prints the latencies.
+async fn exec_probe(c: &mut Cri, args: &Args, run_id: u32) -> anyhow::Result<()> {
+    // Kept alive until the end: the registry serves the image while it is pulled.
+    let mut registry = None;
+    let image = match &args.exec_image {
+        Some(reference) => reference.clone(),
+        None => {
+            let images = e2e::pods::Images::start();
+            let reference = images.push("bench/busybox:1", &e2e::pods::busybox());
+            registry = Some(images);
+            reference
+        }
+    };
+    let image_ref = c
+        .image
+        .pull_image(cri::PullImageRequest {
+            image: Some(cri::ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .image_ref;
+    let config = sandbox_config(&format!("bench-exec-{run_id}"), &args.cgroup_parent);
+    let pod = c
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: args.handler.clone(),
+        })
+        .await?
+        .into_inner()
+        .pod_sandbox_id;
+    let result = exec_probe_in(c, args, &pod, &config, &image_ref).await;
+    c.runtime
+        .stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: pod.clone(),
+        })
+        .await?;
+    c.runtime
+        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: pod,
+        })
+        .await?;
+    drop(registry);
+    let mut times = result?;
+    times.sort();
+    println!(
+        "ExecSync `true` over {} calls in one running container:",
+        times.len()
+    );
+    println!(
+        "  min {}  p50 {}  p90 {}  max {}",
+        ms(times[0]),
+        ms(percentile(&times, 0.5)),
+        ms(percentile(&times, 0.9)),
+        ms(*times.last().unwrap_or(&Duration::ZERO))
+    );
+    Ok(())
+}
+
+async fn exec_probe_in(
+    c: &mut Cri,
+    args: &Args,
+    pod: &str,
+    pod_config: &cri::PodSandboxConfig,
+    image: &str,
+) -> anyhow::Result<Vec<Duration>> {
+    let container = e2e::pods::container("probed", image, &["sleep"], &["100000"]);
+    let id = c
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod.to_string(),
+            config: Some(container),
+            sandbox_config: Some(pod_config.clone()),
+        })
+        .await?
+        .into_inner()
+        .container_id;
+    c.runtime
+        .start_container(cri::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await?;
+    let mut times = Vec::with_capacity(args.exec_runs);
+    for _ in 0..args.exec_runs {
+        let start = Instant::now();
+        let out = c
+            .runtime
+            .exec_sync(cri::ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: vec!["true".into()],
+                timeout: 10,
+            })
+            .await?
+            .into_inner();
+        times.push(start.elapsed());
+        anyhow::ensure!(out.exit_code == 0, "`true` exited {}", out.exit_code);
+    }
+    Ok(times)
+}

@@ -1,0 +1,45 @@
+//! A CRI client over a unix socket (tonic with a unix-socket connector), for the command-line
+//! tools, the benchmarks and the integration tests.
+
+use hyper_util::rt::TokioIo;
+use peapod_proto::v1::image_service_client::ImageServiceClient;
+use peapod_proto::v1::runtime_service_client::RuntimeServiceClient;
+use std::path::{Path, PathBuf};
+use tonic::transport::{Channel, Endpoint};
+
+/// A client of both CRI services.
+#[derive(Clone)]
+pub struct CriClient {
+    pub runtime: RuntimeServiceClient<Channel>,
+    pub image: ImageServiceClient<Channel>,
+}
+
+impl CriClient {
+    /// Connects to `unix:///path` or a bare path.
+    pub async fn connect(endpoint: &str) -> Result<CriClient, tonic::transport::Error> {
+        let path = PathBuf::from(endpoint.trim_start_matches("unix://"));
+        let channel = channel(&path).await?;
+        Ok(CriClient {
+            runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
+            image: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
+        })
+    }
+}
+
+/// The name the command-line tools and tests use.
+pub type Cri = CriClient;
+
+pub async fn channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    // The URI is ignored by the connector; tonic needs one.
+    let channel = Endpoint::from_static("http://[::]:50051")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await?;
+    Ok(channel)
+}
