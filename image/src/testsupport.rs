@@ -472,7 +472,7 @@ impl OciLayout {
         let cfg = ConfigFile {
             platform: spec.platform.clone(),
             created: Some("1970-01-01T00:00:00Z".into()),
-            config: Some(spec.config.to_runtime_config()),
+            config: Some(crate::store::runtime_config(&spec.config)),
             rootfs: manifest::RootFs {
                 kind: "layers".into(),
                 diff_ids: diff_ids.clone(),
@@ -645,7 +645,7 @@ pub fn docker_archive(out: &Path, images: &[(&[&str], &ImageSpec)]) -> io::Resul
         let cfg = ConfigFile {
             platform: spec.platform.clone(),
             created: Some("1970-01-01T00:00:00Z".into()),
-            config: Some(spec.config.to_runtime_config()),
+            config: Some(crate::store::runtime_config(&spec.config)),
             rootfs: manifest::RootFs {
                 kind: "layers".into(),
                 diff_ids: diff_ids.clone(),

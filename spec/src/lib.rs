@@ -113,10 +113,12 @@ pub use userns::{pod_user_namespace, PodUserNamespace};
 
 use peapod_proto::v1::{ContainerConfig, PodSandboxConfig};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::Path;
 
-/// The parts of an OCI image config (`config` in the image's config blob) a container
-/// spec uses. Empty strings and lists mean "not set".
+/// An OCI image's config (`config` in its config blob) as peapod keeps it: what a container's
+/// spec is made from, and what ImageStatus reports. The image store records it with each image
+/// (`peapod_image::ImageConfig` is this type). Empty strings and lists mean "not set".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageConfig {
     /// `User`: `user`, `uid`, `user:group`, `uid:gid`, ...
@@ -128,6 +130,11 @@ pub struct ImageConfig {
     pub working_dir: String,
     /// `StopSignal`: `SIGTERM`, `TERM`, `15`, ...
     pub stop_signal: String,
+    pub labels: HashMap<String, String>,
+    /// `ExposedPorts`: `80/tcp`, ...
+    pub exposed_ports: Vec<String>,
+    /// `Volumes`: paths the image declares as volumes.
+    pub volumes: Vec<String>,
 }
 
 /// The pod a container joins.

@@ -63,17 +63,6 @@ fn validate(config: &ContainerConfig) -> Result<()> {
     Ok(())
 }
 
-fn image_config(c: &peapod_image::ImageConfig) -> peapod_spec::ImageConfig {
-    peapod_spec::ImageConfig {
-        user: c.user.clone(),
-        env: c.env.clone(),
-        entrypoint: c.entrypoint.clone(),
-        cmd: c.cmd.clone(),
-        working_dir: c.working_dir.clone(),
-        stop_signal: c.stop_signal.clone(),
-    }
-}
-
 fn remove_dir(path: &Path) -> Result<()> {
     peapod_host::fs::remove_dir_all_if_exists(path).map_err(|e| Error::path("remove", path, e))
 }
@@ -252,10 +241,10 @@ impl ContainerService {
         let image = self.images.resolve(&image_ref).ok_or_else(|| {
             Error::not_found(format!("image {image_ref:?} not found; pull it first"))
         })?;
-        let img_cfg = image_config(&image.config);
+        let img_cfg = &image.config;
         // Before anything is made: a bad config.stop_signal changes nothing.
-        let stop_signal = peapod_spec::stop_signal(&config, &img_cfg).map_err(Error::from)?;
-        let user_req = peapod_spec::user_to_resolve(&config, &img_cfg).map_err(Error::from)?;
+        let stop_signal = peapod_spec::stop_signal(&config, img_cfg).map_err(Error::from)?;
+        let user_req = peapod_spec::user_to_resolve(&config, img_cfg).map_err(Error::from)?;
 
         let bundle = self.paths.container_state_dir(id);
         let root_dir = self.paths.container_root_dir(id);
@@ -377,7 +366,7 @@ impl ContainerService {
                 dir: &srec.dir,
                 shm: srec.shm.as_deref(),
             },
-            image: &img_cfg,
+            image: img_cfg,
             user: &user,
             rootfs: &rootfs,
             cgroups_path: &cgroups_path,

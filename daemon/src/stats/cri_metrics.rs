@@ -300,6 +300,14 @@ struct Emitter {
 }
 
 impl Emitter {
+    fn gauge(&mut self, name: &str, v: Option<u64>) {
+        self.push(name, cri::MetricType::Gauge, None, v);
+    }
+
+    fn counter(&mut self, name: &str, v: Option<u64>) {
+        self.push(name, cri::MetricType::Counter, None, v);
+    }
+
     fn push(&mut self, name: &str, kind: cri::MetricType, extra: Option<&str>, v: Option<u64>) {
         let Some(value) = v else { return };
         let mut label_values = self.labels.clone();
@@ -377,147 +385,66 @@ pub fn pod_metrics(
         let x = &facts.extra;
         if let Some(cpu) = &c.cpu {
             let secs = val(&cpu.usage_core_nano_seconds).map(|ns| ns / 1_000_000_000);
-            e.push("container_cpu_usage_seconds_total", Counter, None, secs);
+            e.counter("container_cpu_usage_seconds_total", secs);
         }
-        e.push(
-            "container_cpu_user_seconds_total",
-            Counter,
-            None,
-            x.cpu_user_seconds,
-        );
-        e.push(
-            "container_cpu_system_seconds_total",
-            Counter,
-            None,
-            x.cpu_system_seconds,
-        );
-        e.push(
-            "container_cpu_cfs_periods_total",
-            Counter,
-            None,
-            x.cfs_periods,
-        );
-        let throttled = x.cfs_throttled_periods;
-        e.push(
-            "container_cpu_cfs_throttled_periods_total",
-            Counter,
-            None,
-            throttled,
-        );
-        let throttled_s = x.cfs_throttled_seconds;
-        e.push(
-            "container_cpu_cfs_throttled_seconds_total",
-            Counter,
-            None,
-            throttled_s,
-        );
+        e.counter("container_cpu_user_seconds_total", x.cpu_user_seconds);
+        e.counter("container_cpu_system_seconds_total", x.cpu_system_seconds);
+        e.counter("container_cpu_cfs_periods_total", x.cfs_periods);
+        let periods = x.cfs_throttled_periods;
+        e.counter("container_cpu_cfs_throttled_periods_total", periods);
+        let seconds = x.cfs_throttled_seconds;
+        e.counter("container_cpu_cfs_throttled_seconds_total", seconds);
         if let Some(m) = &c.memory {
-            e.push(
-                "container_memory_usage_bytes",
-                Gauge,
-                None,
-                val(&m.usage_bytes),
-            );
-            e.push(
+            e.gauge("container_memory_usage_bytes", val(&m.usage_bytes));
+            e.gauge(
                 "container_memory_working_set_bytes",
-                Gauge,
-                None,
                 val(&m.working_set_bytes),
             );
-            e.push(
-                "container_memory_failures_total",
-                Counter,
-                None,
-                val(&m.page_faults),
-            );
+            e.counter("container_memory_failures_total", val(&m.page_faults));
         }
-        e.push("container_memory_rss", Gauge, None, x.memory_rss);
-        e.push("container_memory_cache", Gauge, None, x.memory_cache);
-        e.push(
-            "container_memory_mapped_file",
-            Gauge,
-            None,
-            x.memory_mapped_file,
-        );
-        e.push("container_memory_swap", Gauge, None, x.memory_swap);
-        e.push(
-            "container_memory_kernel_usage",
-            Gauge,
-            None,
-            x.memory_kernel,
-        );
-        e.push("container_memory_failcnt", Counter, None, x.memory_failcnt);
-        e.push(
-            "container_memory_max_usage_bytes",
-            Gauge,
-            None,
-            x.memory_max_usage,
-        );
-        e.push("container_oom_events_total", Counter, None, x.oom_kills);
-        e.push("container_threads", Gauge, None, x.threads);
-        e.push("container_threads_max", Gauge, None, x.threads_max);
-        e.push(
-            "container_file_descriptors",
-            Gauge,
-            None,
-            x.file_descriptors,
-        );
-        e.push("container_sockets", Gauge, None, x.sockets);
+        e.gauge("container_memory_rss", x.memory_rss);
+        e.gauge("container_memory_cache", x.memory_cache);
+        e.gauge("container_memory_mapped_file", x.memory_mapped_file);
+        e.gauge("container_memory_swap", x.memory_swap);
+        e.gauge("container_memory_kernel_usage", x.memory_kernel);
+        e.counter("container_memory_failcnt", x.memory_failcnt);
+        e.gauge("container_memory_max_usage_bytes", x.memory_max_usage);
+        e.counter("container_oom_events_total", x.oom_kills);
+        e.gauge("container_threads", x.threads);
+        e.gauge("container_threads_max", x.threads_max);
+        e.gauge("container_file_descriptors", x.file_descriptors);
+        e.gauge("container_sockets", x.sockets);
         if let Some(fs) = &c.writable_layer {
+            // Filesystem figures carry the writable layer's mount point as their device.
             let device = fs.fs_id.as_ref().map(|f| f.mountpoint.as_str());
-            e.push(
-                "container_fs_usage_bytes",
-                Gauge,
-                device,
-                val(&fs.used_bytes),
-            );
+            let mut on_fs = |name: &str, kind, v| e.push(name, kind, device, v);
+            on_fs("container_fs_usage_bytes", Gauge, val(&fs.used_bytes));
             if let Some(info) = facts.fs {
-                let cap = Some(info.capacity_bytes);
-                e.push("container_fs_limit_bytes", Gauge, device, cap);
-                e.push(
-                    "container_fs_inodes_total",
-                    Gauge,
-                    device,
-                    Some(info.inodes_total),
-                );
-                e.push(
-                    "container_fs_inodes_free",
-                    Gauge,
-                    device,
-                    Some(info.inodes_free),
-                );
+                on_fs("container_fs_limit_bytes", Gauge, Some(info.capacity_bytes));
+                on_fs("container_fs_inodes_total", Gauge, Some(info.inodes_total));
+                on_fs("container_fs_inodes_free", Gauge, Some(info.inodes_free));
             }
-            e.push(
-                "container_fs_reads_bytes_total",
-                Counter,
-                device,
-                x.io_read_bytes,
-            );
-            e.push(
-                "container_fs_writes_bytes_total",
-                Counter,
-                device,
-                x.io_write_bytes,
-            );
-            e.push("container_fs_reads_total", Counter, device, x.io_reads);
-            e.push("container_fs_writes_total", Counter, device, x.io_writes);
+            on_fs("container_fs_reads_bytes_total", Counter, x.io_read_bytes);
+            on_fs("container_fs_writes_bytes_total", Counter, x.io_write_bytes);
+            on_fs("container_fs_reads_total", Counter, x.io_reads);
+            on_fs("container_fs_writes_total", Counter, x.io_writes);
             let io = x.io_read_bytes.zip(x.io_write_bytes).map(|(r, w)| r + w);
-            e.push("container_blkio_device_usage_total", Counter, device, io);
+            on_fs("container_blkio_device_usage_total", Counter, io);
         }
         // The spec figures are reported unset as 0, as cAdvisor does.
         let r = facts.resources.clone().unwrap_or_default();
         let spec = |v: i64| Some(v.max(0) as u64);
-        e.push("container_spec_cpu_shares", Gauge, None, spec(r.cpu_shares));
-        e.push("container_spec_cpu_quota", Gauge, None, spec(r.cpu_quota));
-        e.push("container_spec_cpu_period", Gauge, None, spec(r.cpu_period));
+        e.gauge("container_spec_cpu_shares", spec(r.cpu_shares));
+        e.gauge("container_spec_cpu_quota", spec(r.cpu_quota));
+        e.gauge("container_spec_cpu_period", spec(r.cpu_period));
         let mem = spec(r.memory_limit_in_bytes);
-        e.push("container_spec_memory_limit_bytes", Gauge, None, mem);
+        e.gauge("container_spec_memory_limit_bytes", mem);
         let swap = spec(r.memory_swap_limit_in_bytes);
-        e.push("container_spec_memory_swap_limit_bytes", Gauge, None, swap);
+        e.gauge("container_spec_memory_swap_limit_bytes", swap);
         let start = (facts.started_at_ns > 0).then_some(facts.started_at_ns as u64 / 1_000_000_000);
-        e.push("container_start_time_seconds", Gauge, None, start);
+        e.gauge("container_start_time_seconds", start);
         let seen = (now_ns > 0).then_some(now_ns as u64 / 1_000_000_000);
-        e.push("container_last_seen", Gauge, None, seen);
+        e.gauge("container_last_seen", seen);
         container_metrics.push(cri::ContainerMetrics {
             container_id: facts.id.clone(),
             metrics: e.out,

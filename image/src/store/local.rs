@@ -35,7 +35,7 @@ impl Store {
         let cfg_file = ConfigFile {
             platform,
             created: Some("1970-01-01T00:00:00Z".into()),
-            config: Some(config.to_runtime_config()),
+            config: Some(super::types::runtime_config(&config)),
             rootfs: manifest::RootFs {
                 kind: "layers".into(),
                 diff_ids: vec![diff_id.clone()],
@@ -91,7 +91,7 @@ impl Store {
                     .as_ref()
                     .map(|l| l[0].size as usize)
                     .unwrap_or(0)) as u64,
-            config: ImageConfig::from_config_file(&cfg_file),
+            config: super::types::image_config(&cfg_file),
             pinned: false,
             layers: vec![diff_id],
             blobs: vec![config_digest, manifest_digest],
@@ -116,7 +116,7 @@ impl Store {
             repo_tags: names,
             repo_digests,
             size,
-            config: ImageConfig::from_config_file(config),
+            config: super::types::image_config(config),
             pinned: false,
             layers: config.rootfs.diff_ids.clone(),
             blobs,

@@ -42,6 +42,7 @@ mod types;
 
 pub(crate) use layers::LayerSource;
 pub use query::progress_path;
+pub(crate) use types::runtime_config;
 pub use types::{FsInfo, FsUsage, Image, ImageConfig, Rootfs};
 
 use crate::digest::hex_of;

@@ -1,7 +1,7 @@
 //! Pulls from a registry: manifests, configs and layers fetched, verified and committed.
 
 use super::layers::{unpack_layer_blocking, LayerSource};
-use super::types::{Image, ImageConfig};
+use super::types::Image;
 use super::{join_err, ImageRecord, Store};
 use crate::digest::{self};
 use crate::manifest::{self, AnyManifest, ConfigFile, Descriptor};
@@ -218,7 +218,7 @@ impl Store {
             repo_tags: r.tagged().into_iter().collect(),
             repo_digests: vec![r.with_digest(&top_digest)],
             size,
-            config: ImageConfig::from_config_file(&config),
+            config: super::types::image_config(&config),
             pinned: false,
             layers: diff_ids,
             blobs: all_blobs,

@@ -2,7 +2,6 @@
 
 use crate::manifest::{self, ConfigFile};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// An image as the CRI sees it.
@@ -21,72 +20,59 @@ pub struct Image {
     pub pinned: bool,
 }
 
-/// The parts of an image config a container needs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ImageConfig {
-    pub user: String,
-    pub env: Vec<String>,
-    pub entrypoint: Vec<String>,
-    pub cmd: Vec<String>,
-    pub working_dir: String,
-    pub stop_signal: String,
-    pub labels: HashMap<String, String>,
-    /// `80/tcp`, ...
-    pub exposed_ports: Vec<String>,
-    /// Paths the image declares as volumes.
-    pub volumes: Vec<String>,
+/// The config an image is recorded with: the spec crate's type, which containers are made from.
+pub use peapod_spec::ImageConfig;
+
+/// What the store records of an image's config blob.
+pub(super) fn image_config(c: &ConfigFile) -> ImageConfig {
+    let rc = c.config.clone().unwrap_or_default();
+    ImageConfig {
+        user: rc.user.unwrap_or_default(),
+        env: rc.env.unwrap_or_default(),
+        entrypoint: rc.entrypoint.unwrap_or_default(),
+        cmd: rc.cmd.unwrap_or_default(),
+        working_dir: rc.working_dir.unwrap_or_default(),
+        stop_signal: rc.stop_signal.unwrap_or_default(),
+        labels: rc.labels.unwrap_or_default().into_iter().collect(),
+        exposed_ports: rc.exposed_ports.unwrap_or_default().into_keys().collect(),
+        volumes: rc.volumes.unwrap_or_default().into_keys().collect(),
+    }
 }
 
-impl ImageConfig {
-    pub(super) fn from_config_file(c: &ConfigFile) -> ImageConfig {
-        let rc = c.config.clone().unwrap_or_default();
-        ImageConfig {
-            user: rc.user.unwrap_or_default(),
-            env: rc.env.unwrap_or_default(),
-            entrypoint: rc.entrypoint.unwrap_or_default(),
-            cmd: rc.cmd.unwrap_or_default(),
-            working_dir: rc.working_dir.unwrap_or_default(),
-            stop_signal: rc.stop_signal.unwrap_or_default(),
-            labels: rc.labels.unwrap_or_default().into_iter().collect(),
-            exposed_ports: rc.exposed_ports.unwrap_or_default().into_keys().collect(),
-            volumes: rc.volumes.unwrap_or_default().into_keys().collect(),
+/// The config blob's `config` for an image built here from `c`.
+pub(crate) fn runtime_config(c: &ImageConfig) -> manifest::RuntimeConfig {
+    let opt_vec = |v: &Vec<String>| if v.is_empty() { None } else { Some(v.clone()) };
+    let opt_str = |s: &String| if s.is_empty() { None } else { Some(s.clone()) };
+    let set = |v: &Vec<String>| {
+        if v.is_empty() {
+            None
+        } else {
+            Some(
+                v.iter()
+                    .map(|k| (k.clone(), serde_json::json!({})))
+                    .collect(),
+            )
         }
-    }
-
-    pub(crate) fn to_runtime_config(&self) -> manifest::RuntimeConfig {
-        let opt_vec = |v: &Vec<String>| if v.is_empty() { None } else { Some(v.clone()) };
-        let opt_str = |s: &String| if s.is_empty() { None } else { Some(s.clone()) };
-        let set = |v: &Vec<String>| {
-            if v.is_empty() {
-                None
-            } else {
-                Some(
-                    v.iter()
-                        .map(|k| (k.clone(), serde_json::json!({})))
-                        .collect(),
-                )
-            }
-        };
-        manifest::RuntimeConfig {
-            user: opt_str(&self.user),
-            env: opt_vec(&self.env),
-            entrypoint: opt_vec(&self.entrypoint),
-            cmd: opt_vec(&self.cmd),
-            working_dir: opt_str(&self.working_dir),
-            stop_signal: opt_str(&self.stop_signal),
-            labels: if self.labels.is_empty() {
-                None
-            } else {
-                Some(
-                    self.labels
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                )
-            },
-            exposed_ports: set(&self.exposed_ports),
-            volumes: set(&self.volumes),
-        }
+    };
+    manifest::RuntimeConfig {
+        user: opt_str(&c.user),
+        env: opt_vec(&c.env),
+        entrypoint: opt_vec(&c.entrypoint),
+        cmd: opt_vec(&c.cmd),
+        working_dir: opt_str(&c.working_dir),
+        stop_signal: opt_str(&c.stop_signal),
+        labels: if c.labels.is_empty() {
+            None
+        } else {
+            Some(
+                c.labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            )
+        },
+        exposed_ports: set(&c.exposed_ports),
+        volumes: set(&c.volumes),
     }
 }
 
