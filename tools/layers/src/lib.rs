@@ -299,7 +299,34 @@ fn read(file: &Path) -> Result<syn::File, LoadError> {
     })
 }
 
+/// What `layers --modules` prints first (docs/modules.md's head).
+pub const MODULE_MAP_HEADER: &str = "# Module map\n\nEach module file of each crate of the workspace, with the first sentence of its docs.\nGenerated: `cargo run -q -p peapod-layers -- --modules > docs/modules.md` (a test fails\nwhen this file and the tree differ).\n";
+
 impl Crate {
+    /// The module map's section for this crate: one line per module file, its path in the
+    /// crate, the file (relative to `workspace`), the first sentence of its docs.
+    pub fn module_map(&self, workspace: &Path) -> String {
+        let mut out = format!("\n## {}\n\n", self.name);
+        let mut seen = std::collections::BTreeSet::new();
+        for (path, module) in &self.modules {
+            // Inline modules share their parent's file and docs.
+            if !seen.insert(module.file.clone()) {
+                continue;
+            }
+            let name = if path.is_empty() {
+                self.name.replace('-', "_")
+            } else {
+                path.join("::")
+            };
+            let file = module.file.strip_prefix(workspace).unwrap_or(&module.file);
+            let doc = std::fs::read_to_string(&module.file)
+                .map(|text| first_sentence(&text))
+                .unwrap_or_default();
+            out.push_str(&format!("- `{name}` ({}): {doc}\n", file.display()));
+        }
+        out
+    }
+
     /// Reads a crate from its root file (`src/lib.rs`, `src/main.rs`, a `src/bin/*.rs`).
     pub fn load(name: &str, root: &Path) -> Result<Crate, LoadError> {
         let mut krate = Crate {
@@ -661,3 +688,25 @@ pub fn workspace_targets(root: &Path) -> Result<Vec<(String, PathBuf)>, LoadErro
 
 #[cfg(test)]
 mod tests;
+
+/// The first sentence of a file's `//!` docs (its first paragraph when no sentence ends in it).
+fn first_sentence(text: &str) -> String {
+    let mut para = String::new();
+    for line in text.lines() {
+        let Some(d) = line.strip_prefix("//!") else {
+            break;
+        };
+        let d = d.trim();
+        if d.is_empty() {
+            break;
+        }
+        if !para.is_empty() {
+            para.push(' ');
+        }
+        para.push_str(d);
+    }
+    match para.find(". ") {
+        Some(end) => para[..=end].to_string(),
+        None => para,
+    }
+}

@@ -1,17 +1,21 @@
 //! `layers [DIR]`: lists the import circles between sibling modules of every crate of the
 //! workspace at DIR (default: the current directory) and exits 1 if there is one.
 //! `layers --map [DIR]`: prints, for each module of each crate, the siblings it uses.
+//! `layers --modules [DIR]`: prints the module map: each module file of each crate with the
+//! first line of its docs (docs/modules.md is this output).
 
 use std::path::PathBuf;
 
 fn main() {
     let mut map = false;
+    let mut modules = false;
     let mut dir = PathBuf::from(".");
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--map" => map = true,
+            "--modules" => modules = true,
             "-h" | "--help" => {
-                println!("usage: layers [--map] [WORKSPACE_DIR]");
+                println!("usage: layers [--map | --modules] [WORKSPACE_DIR]");
                 return;
             }
             other => dir = PathBuf::from(other),
@@ -24,6 +28,9 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if modules {
+        print!("{}", peapod_layers::MODULE_MAP_HEADER);
+    }
     let mut circles = 0;
     for (name, root) in targets {
         let krate = match peapod_layers::Crate::load(&name, &root) {
@@ -33,6 +40,10 @@ fn main() {
                 std::process::exit(2);
             }
         };
+        if modules {
+            print!("{}", krate.module_map(&dir));
+            continue;
+        }
         if map {
             println!("{name}");
             for (parent, edges) in krate.sibling_edges() {
@@ -59,7 +70,7 @@ fn main() {
         eprintln!("layers: {circles} circle(s) between sibling modules");
         std::process::exit(1);
     }
-    if !map {
+    if !map && !modules {
         println!("layers: no circle between sibling modules in any crate");
     }
 }
