@@ -266,6 +266,11 @@ impl Cluster {
                     let chain = chain.split(' ').next().unwrap_or("");
                     left.push(format!("{tool} chain KUBE-{chain}"));
                 }
+                // A pod's masquerade rule (the bridge plugin's, removed by its DEL; a
+                // simulated reboot removes its node's): a pod whose network was not torn down.
+                if line.starts_with("-A POSTROUTING -s 10.244.") && line.contains(" -j CNI-") {
+                    left.push(format!("{tool} rule {line}"));
+                }
             }
         }
         left
