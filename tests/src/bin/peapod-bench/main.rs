@@ -227,15 +227,18 @@ async fn main() -> anyhow::Result<()> {
             .await?;
     }
     times.sort();
-    println!("RunPodSandbox over {} runs (pods kept up):", times.len());
-    println!(
-        "  min {}  p50 {}  p90 {}  max {}",
-        ms(times[0]),
-        ms(percentile(&times, 0.5)),
-        ms(percentile(&times, 0.9)),
-        ms(*times.last().unwrap_or(&Duration::ZERO))
-    );
-    println!("ListPodSandbox with {n} pods: {}", ms(list_time));
+    // `--runs 0`: only the exec-probe figure.
+    if let (Some(min), Some(max)) = (times.first(), times.last()) {
+        println!("RunPodSandbox over {} runs (pods kept up):", times.len());
+        println!(
+            "  min {}  p50 {}  p90 {}  max {}",
+            ms(*min),
+            ms(percentile(&times, 0.5)),
+            ms(percentile(&times, 0.9)),
+            ms(*max)
+        );
+        println!("ListPodSandbox with {n} pods: {}", ms(list_time));
+    }
     if args.exec_runs > 0 {
         exec_probe(&mut c, &args, run_id).await?;
     }
