@@ -264,6 +264,18 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// ExecSync `true` `args.exec_runs` times in one running container; prints the latencies.
+/// PullImage of `image`; its image ref.
+async fn pull(c: &mut Cri, image: &str) -> Result<String, tonic::Status> {
+    let req = cri::PullImageRequest {
+        image: Some(cri::ImageSpec {
+            image: image.to_string(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Ok(c.image.pull_image(req).await?.into_inner().image_ref)
+}
+
 async fn exec_probe(c: &mut Cri, args: &Args, run_id: u32) -> anyhow::Result<()> {
     // Kept alive until the end: the registry serves the image while it is pulled.
     let mut registry = None;
@@ -276,18 +288,7 @@ async fn exec_probe(c: &mut Cri, args: &Args, run_id: u32) -> anyhow::Result<()>
             reference
         }
     };
-    let image_ref = c
-        .image
-        .pull_image(cri::PullImageRequest {
-            image: Some(cri::ImageSpec {
-                image: image.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await?
-        .into_inner()
-        .image_ref;
+    let image_ref = pull(c, &image).await?;
     let config = sandbox_config(&format!("bench-exec-{run_id}"), &args.cgroup_parent);
     let pod = c
         .runtime

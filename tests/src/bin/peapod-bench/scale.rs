@@ -381,22 +381,7 @@ async fn call_once(live: &mut Live, kind: Call, rng: &mut Lcg) -> anyhow::Result
             })
             .await
         {
-            Ok(s) => {
-                let mut s = s.into_inner();
-                let mut got = 0;
-                loop {
-                    match s.message().await {
-                        Ok(Some(m)) => got += m.pod_sandboxes.len(),
-                        Ok(None) if got >= n => break Ok(()),
-                        Ok(None) => {
-                            break Err(tonic::Status::data_loss(format!(
-                                "the stream ended after {got} of at least {n} items"
-                            )))
-                        }
-                        Err(e) => break Err(e),
-                    }
-                }
-            }
+            Ok(s) => read_stream(s.into_inner(), n, |m| m.pod_sandboxes.len()).await,
             Err(e) => Err(e),
         },
         Call::StreamContainers => match c
@@ -406,22 +391,7 @@ async fn call_once(live: &mut Live, kind: Call, rng: &mut Lcg) -> anyhow::Result
             })
             .await
         {
-            Ok(s) => {
-                let mut s = s.into_inner();
-                let mut got = 0;
-                loop {
-                    match s.message().await {
-                        Ok(Some(m)) => got += m.containers.len(),
-                        Ok(None) if got >= n => break Ok(()),
-                        Ok(None) => {
-                            break Err(tonic::Status::data_loss(format!(
-                                "the stream ended after {got} of at least {n} items"
-                            )))
-                        }
-                        Err(e) => break Err(e),
-                    }
-                }
-            }
+            Ok(s) => read_stream(s.into_inner(), n, |m| m.containers.len()).await,
             Err(e) => Err(e),
         },
         Call::PodStatus => c
@@ -586,18 +556,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             t.endpoint,
             daemon_pid(t)
         );
-        let image_ref = cri
-            .image
-            .pull_image(cri::PullImageRequest {
-                image: Some(cri::ImageSpec {
-                    image: image.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await?
-            .into_inner()
-            .image_ref;
+        let image_ref = super::pull(&mut cri, &image).await?;
         lives.push(Live {
             cri,
             pods: Vec::new(),
@@ -996,4 +955,24 @@ fn summary(args: &ScaleArgs, all: &[Vec<Figures>], lives: &[Live]) -> String {
         },
     );
     out
+}
+
+/// Reads a Stream* answer to its end; it must carry at least `n` items (`items` counts a
+/// message's).
+async fn read_stream<M>(
+    mut s: tonic::Streaming<M>,
+    n: usize,
+    items: impl Fn(&M) -> usize,
+) -> Result<(), tonic::Status> {
+    let mut got = 0;
+    while let Some(m) = s.message().await? {
+        got += items(&m);
+    }
+    if got >= n {
+        Ok(())
+    } else {
+        Err(tonic::Status::data_loss(format!(
+            "the stream ended after {got} of at least {n} items"
+        )))
+    }
 }
