@@ -47,7 +47,8 @@ impl PreparedStdio {
             ));
         }
         let mut prepared = stdio::prepare_exec(paths.stdin, "", "", None)?;
-        (prepared.process_io.stdout, prepared.process_io.stderr) = log_uri::open(&uri, id)?;
+        let (stdout, stderr) = log_uri::open(&uri, id)?;
+        (prepared.process_io.stdout, prepared.process_io.stderr) = (Some(stdout), Some(stderr));
         Ok(PreparedStdio::Fifos(prepared))
     }
 

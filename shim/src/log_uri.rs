@@ -114,7 +114,7 @@ fn wait_ready(ready: &OwnedFd) -> io::Result<()> {
 }
 
 /// The container's stdout and stderr for `uri`; for a binary, the logger is started and ready.
-pub fn open(uri: &LogUri, container_id: &str) -> io::Result<(Stdio, Stdio)> {
+pub fn open(uri: &LogUri, container_id: &str) -> io::Result<(OwnedFd, OwnedFd)> {
     match uri {
         LogUri::File(path) => {
             if let Some(dir) = path.parent() {
@@ -126,13 +126,17 @@ pub fn open(uri: &LogUri, container_id: &str) -> io::Result<(Stdio, Stdio)> {
                 .open(path)
                 .map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", path.display())))?;
             let err = file.try_clone()?;
-            Ok((Stdio::from(file), Stdio::from(err)))
+            Ok((file.into(), err.into()))
         }
         LogUri::Binary { path, args } => start_logger(path, args, container_id),
     }
 }
 
-fn start_logger(path: &Path, args: &[String], container_id: &str) -> io::Result<(Stdio, Stdio)> {
+fn start_logger(
+    path: &Path,
+    args: &[String],
+    container_id: &str,
+) -> io::Result<(OwnedFd, OwnedFd)> {
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let (ready_r, ready_w) = pipe()?;
@@ -168,7 +172,7 @@ fn start_logger(path: &Path, args: &[String], container_id: &str) -> io::Result<
         .map_err(|e| io::Error::new(e.kind(), format!("start {}: {e}", path.display())))?;
     drop((out_r, err_r, ready_w));
     wait_ready(&ready_r)?;
-    Ok((Stdio::from(out_w), Stdio::from(err_w)))
+    Ok((out_w, err_w))
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ mod oom_kill_counter;
 mod process;
 mod process_control;
 mod reaper;
+mod residents;
 mod runc;
 mod runtime_cli;
 mod server;

@@ -3,9 +3,12 @@
 //! instead of a `runc exec`), and the runtime does otherwise: a terminal, an enforced
 //! AppArmor or SELinux label, a seccomp notify listener, a container with a seccomp profile
 //! on a host without libseccomp, an unreadable spec. The choice is made before anything
-//! starts, from the same files the helper reads.
+//! starts, from the same files the helper reads. The helper that does it is the container's
+//! resident one ([`crate::residents`]), started at its first exec and kept.
 
 use crate::nsexec::spec::{self, Config, Lsm, Process};
+use crate::reaper::Reaper;
+use crate::residents::{ExecRequest, Residents};
 use crate::runc::Runc;
 use crate::runtime_cli::{CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus};
 use async_trait::async_trait;
@@ -33,33 +36,33 @@ impl ExecMode {
 
 pub struct NativeExec {
     runc: Arc<Runc>,
-    /// This program (`peapod-shim`), run as `peapod-shim nsexec`.
-    helper: PathBuf,
+    residents: Residents,
     lsm: Lsm,
     libseccomp: bool,
 }
 
 impl NativeExec {
-    pub fn new(runc: Arc<Runc>, helper: PathBuf) -> NativeExec {
+    /// `helper`: this program (`peapod-shim`), run as `peapod-shim nsexec --resident`.
+    pub fn new(runc: Arc<Runc>, helper: PathBuf, reaper: Arc<Reaper>) -> NativeExec {
         NativeExec {
             runc,
-            helper,
+            residents: Residents::new(helper, reaper),
             lsm: Lsm::of_host(),
             libseccomp: crate::nsexec::seccomp::available(),
         }
     }
 
-    /// Why this exec goes to the runtime, if it does.
-    fn leave_to_runtime(&self, c: &ExecCommand<'_>) -> Option<String> {
+    /// Why this exec (its Process as `process_json`) goes to the runtime, if it does.
+    fn leave_to_runtime(&self, c: &ExecCommand<'_>, process_json: &[u8]) -> Option<String> {
         if c.init_pid == 0 {
             return Some("the container's init pid is unknown".into());
         }
         if c.console_socket.is_some() {
             return Some("a terminal".into());
         }
-        let process: Process = match spec::read(c.process_json) {
+        let process: Process = match serde_json::from_slice(process_json) {
             Ok(p) => p,
-            Err(e) => return Some(e),
+            Err(e) => return Some(format!("parse {}: {e}", c.process_json.display())),
         };
         let config: Config = match spec::read(&c.bundle.join("config.json")) {
             Ok(c) => c,
@@ -93,11 +96,21 @@ impl RuntimeCli for NativeExec {
         self.runc.kill(id, signal, all).await
     }
     async fn delete(&self, id: &str, force: bool) -> Result<(), RuntimeCliError> {
+        // The helper first: a cgroup with a process in it cannot be removed.
+        self.residents.remove(id).await;
         self.runc.delete(id, force).await
     }
     async fn exec(&self, id: &str, cmd: ExecCommand<'_>) -> Result<u32, RuntimeCliError> {
-        match self.leave_to_runtime(&cmd) {
-            None => self.runc.exec_native(&self.helper, cmd).await,
+        let process_json = std::fs::read(cmd.process_json).unwrap_or_default();
+        match self.leave_to_runtime(&cmd, &process_json) {
+            None => {
+                let req = ExecRequest {
+                    bundle: cmd.bundle,
+                    init_pid: cmd.init_pid,
+                    process: &process_json,
+                };
+                self.residents.exec(id, req, cmd.io).await
+            }
             Some(why) => {
                 eprintln!("exec in {id} through the runtime: {why}");
                 self.runc.exec(id, cmd).await
@@ -114,6 +127,11 @@ impl RuntimeCli for NativeExec {
         self.runc.resume(id).await
     }
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeCliError> {
-        self.runc.ps(id).await
+        let mut pids = self.runc.ps(id).await?;
+        // The resident helper is in the container's cgroups but none of its processes.
+        if let Some(helper) = self.residents.pid(id) {
+            pids.retain(|p| *p != helper);
+        }
+        Ok(pids)
     }
 }

@@ -116,7 +116,8 @@ impl Runc {
         );
         match io {
             Some(io) => {
-                cmd.stdin(io.stdin).stdout(io.stdout).stderr(io.stderr);
+                let [stdin, stdout, stderr] = io.into_stdio();
+                cmd.stdin(stdin).stdout(stdout).stderr(stderr);
             }
             None => {
                 let o = out.try_clone().map_err(spawn_err)?;
@@ -191,33 +192,6 @@ impl Runc {
             command: command.to_string(),
             message: message.to_string(),
         }
-    }
-
-    /// An exec through `helper` (`peapod-shim nsexec`, src/nsexec) instead of the runtime:
-    /// the same process spec, stdio, pid file and error log, so it ends as `exec` ends.
-    pub async fn exec_native(
-        &self,
-        helper: &Path,
-        c: ExecCommand<'_>,
-    ) -> Result<u32, RuntimeCliError> {
-        const NAME: &str = "peapod-shim nsexec";
-        let log = c.process_json.with_extension("log");
-        let _ = std::fs::remove_file(&log);
-        let mut cmd = Command::new(helper);
-        cmd.arg("nsexec")
-            .arg("--bundle")
-            .arg(c.bundle)
-            .arg("--process")
-            .arg(c.process_json)
-            .arg("--pid-file")
-            .arg(c.pid_file)
-            .args(["--init-pid", &c.init_pid.to_string()])
-            .arg("--log")
-            .arg(&log);
-        let result = self.run_as(NAME, "exec", cmd, Some(c.io), Some(&log)).await;
-        let _ = std::fs::remove_file(&log);
-        result?;
-        self.read_pid_as(NAME, "exec", c.pid_file)
     }
 
     /// Whether the runtime lists a container `id` (`list --format json`: an array of states,

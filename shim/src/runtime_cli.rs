@@ -6,6 +6,7 @@
 //! messages, which differs between runtimes and versions.
 
 use async_trait::async_trait;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -46,20 +47,24 @@ pub enum RuntimeCliError {
     },
 }
 
-/// Stdio for the process a runtime command starts.
+/// Stdio for the process a runtime command starts: descriptors (not `Stdio`, so that they can
+/// also be handed to a container's resident exec helper over a socket); `None` is /dev/null.
+#[derive(Default)]
 pub struct ProcessIo {
-    pub stdin: Stdio,
-    pub stdout: Stdio,
-    pub stderr: Stdio,
+    pub stdin: Option<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
 }
 
 impl ProcessIo {
     pub fn null() -> ProcessIo {
-        ProcessIo {
-            stdin: Stdio::null(),
-            stdout: Stdio::null(),
-            stderr: Stdio::null(),
-        }
+        ProcessIo::default()
+    }
+
+    /// The three as `Stdio` for a command.
+    pub fn into_stdio(self) -> [Stdio; 3] {
+        let to = |fd: Option<OwnedFd>| fd.map(Stdio::from).unwrap_or_else(Stdio::null);
+        [to(self.stdin), to(self.stdout), to(self.stderr)]
     }
 }
 

@@ -47,7 +47,7 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
         ExecMode::Runtime => runc,
         ExecMode::Native => {
             let helper = std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?;
-            Arc::new(NativeExec::new(runc, helper))
+            Arc::new(NativeExec::new(runc, helper, reaper.clone()))
         }
     };
     let tasks = Arc::new(TaskService::new(

@@ -13,7 +13,6 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixListener;
@@ -173,15 +172,15 @@ pub fn prepare_init(
     let (err_r, err_w) = pipe()?;
     let (stdin_child, stdin_keep) = if want_stdin {
         let (r, w) = pipe()?;
-        (Stdio::from(r), Some(w))
+        (Some(r), Some(w))
     } else {
-        (Stdio::null(), None)
+        (None, None)
     };
     Ok(PreparedInit {
         process_io: ProcessIo {
             stdin: stdin_child,
-            stdout: Stdio::from(out_w),
-            stderr: Stdio::from(err_w),
+            stdout: Some(out_w),
+            stderr: Some(err_w),
         },
         console: None,
         stdout: Some(out_r),
@@ -336,12 +335,11 @@ pub fn prepare_exec(
     } else {
         Some(open_fifo(stderr, true)?)
     };
-    let to_stdio = |fd: Option<OwnedFd>| fd.map(Stdio::from).unwrap_or_else(Stdio::null);
     Ok(PreparedExec {
         process_io: ProcessIo {
-            stdin: to_stdio(stdin_fd),
-            stdout: to_stdio(stdout_fd),
-            stderr: to_stdio(stderr_fd),
+            stdin: stdin_fd,
+            stdout: stdout_fd,
+            stderr: stderr_fd,
         },
         console: None,
         stdin_fifo: None,

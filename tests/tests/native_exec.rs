@@ -19,7 +19,7 @@ const HOST_ID: u32 = 300_000;
 
 /// What the exec'd shell prints about itself: the same text from either path.
 const DESCRIBE: &str = r#"
-for f in Uid Gid Groups CapInh CapPrm CapEff CapBnd CapAmb NoNewPrivs Seccomp Seccomp_filters; do
+for f in Uid Gid Groups CapInh CapPrm CapEff CapBnd CapAmb NoNewPrivs Seccomp Seccomp_filters SigBlk SigIgn; do
   grep "^$f:" /proc/self/status
 done
 for n in mnt net ipc uts pid cgroup user time; do
@@ -214,8 +214,26 @@ async fn daemon(name: &str, mode: &str, dir: &Path) -> TestDaemon {
     .await
 }
 
-/// What each case's execs print and return, in one daemon.
-async fn observe(d: &mut TestDaemon, image: &str) -> Vec<(String, String, Vec<i32>)> {
+/// The resident exec helpers (`peapod-shim nsexec --resident`) of container `id` running now.
+fn residents_of(id: &str) -> usize {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    procs
+        .flatten()
+        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("nsexec --resident") && c.contains(id))
+        .count()
+}
+
+/// What each case's execs print and return, in one daemon; `residents`: how many resident
+/// exec helpers each container has after its execs (one with native execs, none with runc's).
+async fn observe(
+    d: &mut TestDaemon,
+    image: &str,
+    residents: usize,
+) -> Vec<(String, String, Vec<i32>)> {
     let mut seen = Vec::new();
     for case in cases() {
         let pod = d.run_pod_with(case.name, case.pod).await;
@@ -293,7 +311,20 @@ async fn observe(d: &mut TestDaemon, image: &str) -> Vec<(String, String, Vec<i3
         };
         let text = format!("{text}missing program: {missing}\n");
         seen.push((case.name.to_string(), text, codes));
+        // Six execs, one helper that stayed for them all.
+        assert_eq!(
+            residents_of(&id),
+            residents,
+            "{}: resident helpers",
+            case.name
+        );
         d.remove_pod(&pod).await;
+        assert_eq!(
+            residents_of(&id),
+            0,
+            "{}: a helper outlived its container",
+            case.name
+        );
     }
     seen
 }
@@ -313,7 +344,7 @@ async fn native_execs_are_the_processes_runc_exec_makes() {
 
     let mut native = daemon("native-exec", "native", &native_dir).await;
     native.pull(&image).await;
-    let by_native = observe(&mut native, &image).await;
+    let by_native = observe(&mut native, &image, 1).await;
     assert_eq!(
         exec_calls(&native_dir),
         0,
@@ -327,7 +358,7 @@ async fn native_execs_are_the_processes_runc_exec_makes() {
 
     let mut runc = daemon("runc-exec", "runc", &runc_dir).await;
     runc.pull(&image).await;
-    let by_runc = observe(&mut runc, &image).await;
+    let by_runc = observe(&mut runc, &image, 0).await;
     assert!(
         exec_calls(&runc_dir) >= 5 * cases().len(),
         "the runc daemon ran {} `runc exec`",

@@ -2,12 +2,12 @@
 //! that joining a user or mount namespace and forking are allowed and safe): what `runc exec`
 //! does, in runc's order.
 //!
-//! In the helper: the exec's seccomp program compiled (with the host's libseccomp), the
-//! container's cgroups joined (the paths of its init in `/proc/PID/cgroup`), its
-//! oom_score_adj set, then every namespace of the init that differs from ours joined at once
-//! through the init's pidfd. Then a fork: the child is in the container's PID namespace and
-//! becomes the process; the helper writes the child's pid to the pid file and exits, so that
-//! the child is reparented to the shim (a subreaper), exactly as after `runc exec --detach`.
+//! Once, when the helper starts (`join_container`): the container's seccomp program compiled
+//! (with the host's libseccomp), its cgroups joined (the paths of its init in
+//! `/proc/PID/cgroup`), its oom_score_adj set, then every namespace of the init that differs
+//! from ours joined at once through the init's pidfd. For each exec (`start_process`): a
+//! clone with `CLONE_PARENT`, so that the child, in the container's PID namespace, is the
+//! shim's (as after `runc exec --detach`), and the child becomes the process.
 //!
 //! In the child (`become_process`): a session of its own, rlimits, no_new_privs, seccomp
 //! (here when no_new_privs is off: loading it then needs CAP_SYS_ADMIN), the bounding set,
@@ -21,16 +21,8 @@ use super::seccomp;
 use super::spec::{Config, Process};
 use std::ffi::CString;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
-
-/// What the helper is told (`peapod-shim nsexec` flags).
-pub struct Request<'a> {
-    pub bundle: &'a Path,
-    pub process: &'a Path,
-    pub pid_file: &'a Path,
-    pub init_pid: i32,
-}
 
 fn os(what: impl std::fmt::Display) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
@@ -123,7 +115,7 @@ fn hierarchy_mount(mountinfo: &str, controllers: &str) -> Option<String> {
     None
 }
 
-fn pidfd_open(pid: i32) -> Result<OwnedFd, String> {
+pub(super) fn pidfd_open(pid: i32) -> Result<OwnedFd, String> {
     // SAFETY: pidfd_open with integer arguments; the descriptor is owned from here on.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
@@ -149,7 +141,7 @@ fn pipe() -> Result<(std::fs::File, std::fs::File), String> {
 }
 
 /// Everything the child needs, made before the fork.
-struct Prepared {
+pub(super) struct Prepared {
     argv: Vec<CString>,
     env: Vec<String>,
     cwd: String,
@@ -185,7 +177,10 @@ fn rlimit_resource(name: &str) -> Result<libc::__rlimit_resource_t, String> {
     })
 }
 
-fn prepare(process: &Process, config: &Config) -> Result<Prepared, String> {
+pub(super) fn prepare(
+    process: &Process,
+    bpf: Option<(Vec<u8>, libc::c_uint)>,
+) -> Result<Prepared, String> {
     let argv = process
         .args
         .iter()
@@ -216,10 +211,6 @@ fn prepare(process: &Process, config: &Config) -> Result<Prepared, String> {
             ))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let bpf = match &config.linux.seccomp {
-        Some(profile) => Some((seccomp::compile(profile)?, seccomp::load_flags(profile)?)),
-        None => None,
-    };
     Ok(Prepared {
         argv,
         env: process.env.clone(),
@@ -239,42 +230,56 @@ fn prepare(process: &Process, config: &Config) -> Result<Prepared, String> {
     })
 }
 
-/// Runs the exec; returns the pid of the process once it has exec'd its program.
-pub fn run(req: &Request) -> Result<u32, String> {
-    let process: Process = super::spec::read(req.process)?;
-    let config: Config = super::spec::read(&req.bundle.join("config.json"))?;
-    if let Some(why) = super::spec::unsupported(&process, &config, &super::spec::Lsm::of_host()) {
-        return Err(format!("native exec cannot do {why}"));
+/// The container's seccomp program, compiled (with the host's libseccomp: before any mount
+/// namespace is joined), and its load flags.
+pub(super) fn seccomp_program(config: &Config) -> Result<Option<(Vec<u8>, libc::c_uint)>, String> {
+    match &config.linux.seccomp {
+        Some(profile) => Ok(Some((
+            seccomp::compile(profile)?,
+            seccomp::load_flags(profile)?,
+        ))),
+        None => Ok(None),
     }
-    let mut prepared = prepare(&process, &config)?;
-    // The pid file is opened here, while the host's file system is still ours.
-    let mut pid_file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(req.pid_file)
-        .map_err(|e| format!("open {}: {e}", req.pid_file.display()))?;
-    let pidfd = pidfd_open(req.init_pid)?;
-    let flags = namespaces_to_join(req.init_pid)?;
-    join_cgroups(req.init_pid)?;
-    if let Some(adj) = process.oom_score_adj {
+}
+
+/// Joins the container of `init_pid`: its cgroups, then (with `oom_score_adj` set while this
+/// process may still lower it) every namespace of the init that differs from ours, at once
+/// through its pidfd. The PID and time namespaces apply to the children made after this.
+/// Returns the init's pidfd.
+pub(super) fn join_container(init_pid: i32, oom_score_adj: Option<i32>) -> Result<OwnedFd, String> {
+    let pidfd = pidfd_open(init_pid)?;
+    let flags = namespaces_to_join(init_pid)?;
+    join_cgroups(init_pid)?;
+    if let Some(adj) = oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
     }
     // The init is still there: a pidfd of a process that has exited refuses setns.
     // SAFETY: setns with a live pidfd and namespace flags.
     if flags != 0 && unsafe { libc::setns(pidfd.as_raw_fd(), flags) } < 0 {
-        return Err(os(format_args!("join the namespaces of {}", req.init_pid)));
+        return Err(os(format_args!("join the namespaces of {init_pid}")));
     }
-    drop(pidfd);
+    Ok(pidfd)
+}
+
+/// Clones the exec's process as a child of this helper's parent (the shim), which becomes
+/// `p` on `stdio` and execs it; returns its pid once it has, or why it could not (a process
+/// that could not is left to exit, for the shim to reap).
+pub(super) fn start_process(p: &mut Prepared, stdio: [RawFd; 3]) -> Result<i32, String> {
     let (mut reader, writer) = pipe()?;
+    let flags = (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong;
     // SAFETY: this process is single-threaded (the helper runs nothing else), so the child
-    // may do anything after fork.
-    match unsafe { libc::fork() } {
-        -1 => Err(os("fork")),
+    // may do anything after the clone. A raw clone, as fork(2) is one, for CLONE_PARENT: with
+    // no stack given, the child runs on a copy of ours.
+    let child = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    match child {
+        -1 => Err(os("clone")),
         0 => {
             drop(reader);
-            let err = become_process(&mut prepared);
+            let err = match take_stdio(stdio) {
+                Err(e) => e,
+                Ok(()) => become_process(p),
+            };
             let mut w = writer;
             let _ = w.write_all(err.as_bytes());
             // SAFETY: leave without running the helper's exit handlers in the child.
@@ -284,18 +289,25 @@ pub fn run(req: &Request) -> Result<u32, String> {
             drop(writer);
             let mut failure = String::new();
             let _ = reader.read_to_string(&mut failure);
-            if !failure.is_empty() {
-                let mut status = 0;
-                // SAFETY: our own child, which has exited or is about to.
-                unsafe { libc::waitpid(child, &mut status, 0) };
-                return Err(failure);
+            if failure.is_empty() {
+                Ok(child as i32)
+            } else {
+                Err(failure)
             }
-            write!(pid_file, "{child}")
-                .and_then(|_| pid_file.flush())
-                .map_err(|e| format!("write {}: {e}", req.pid_file.display()))?;
-            Ok(child as u32)
         }
     }
+}
+
+/// In the child: `fds` become its stdin, stdout and stderr (they are above 2: the helper's
+/// own stdio is open).
+fn take_stdio(fds: [RawFd; 3]) -> Result<(), String> {
+    for (target, fd) in fds.into_iter().enumerate() {
+        // SAFETY: dup2 of descriptors this process holds.
+        if unsafe { libc::dup2(fd, target as i32) } < 0 {
+            return Err(os(format_args!("exec failed: dup2 stdio {target}")));
+        }
+    }
+    Ok(())
 }
 
 /// In the child: becomes the process and execs it. Returns only on failure, with why.
@@ -309,6 +321,7 @@ fn become_process(p: &mut Prepared) -> String {
 enum Never {}
 
 fn setup(p: &mut Prepared) -> Result<Never, String> {
+    reset_signals();
     // SAFETY: setsid has no preconditions.
     if unsafe { libc::setsid() } < 0 {
         return Err(os("setsid"));
@@ -362,6 +375,52 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
         seccomp::load(bpf, *flags).map_err(|e| format!("load the seccomp filter: {e}"))?;
     }
     exec(p)
+}
+
+/// Signal dispositions and mask as the program finds them after `runc exec`, whose last step
+/// is Go's runtime (runc init): every signal it handles goes back to the default action at
+/// execve, so an inherited "ignore" survives only where Go leaves it alone: SIGHUP and SIGINT
+/// (Go respects an inherited SIG_IGN there) and signal 32 (glibc's, which Go never handles).
+/// A Rust helper itself starts with SIGPIPE ignored, which must not reach the program. The
+/// raw syscall: glibc refuses to touch its own signals 32 and 33.
+fn reset_signals() {
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: libc::c_ulong,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for signal in 1..=64 {
+        if matches!(
+            signal,
+            libc::SIGKILL | libc::SIGSTOP | libc::SIGHUP | libc::SIGINT | 32
+        ) {
+            continue;
+        }
+        // SAFETY: rt_sigaction with a valid action and the kernel's sigset size.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                &default as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                8usize,
+            )
+        };
+    }
+    // SAFETY: an empty set, filled by sigemptyset before use.
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    }
 }
 
 fn set_user(p: &mut Prepared) -> Result<(), String> {

@@ -74,6 +74,8 @@ pub struct Rlimit {
 pub struct Config {
     #[serde(default)]
     pub linux: Linux,
+    /// The container's own process (the resident helper takes its oom_score_adj).
+    pub process: Option<Process>,
 }
 
 #[derive(Debug, Default, Deserialize)]

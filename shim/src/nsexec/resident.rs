@@ -1,0 +1,147 @@
+//! A container's resident exec helper (`peapod-shim nsexec --resident`): it joins the
+//! container once (its cgroups, oom_score_adj and namespaces, as the one-shot helper does for
+//! each exec) and then forks every exec the shim sends it, so that an exec's process is born
+//! in the container's cgroups instead of being moved there. Moving a process into a cgroup is
+//! what a fresh helper spends most of its time on: on a cgroup v1 host the first move waits
+//! for an RCU grace period (about 5 of the 6 ms an exec took; `scripts/cgroup-move-cost`).
+//!
+//! The helper stays outside the container's PID namespace (joining it applies to children
+//! only), so the container's processes never see it. Each process is cloned with
+//! `CLONE_PARENT`: the shim, not the helper, is its parent, as after `runc exec --detach`.
+//! The helper leaves when the container's init exits (its pidfd becomes readable) or when the
+//! shim closes the socket (the container is deleted, or the shim is gone).
+//!
+//! Its stdin is the socket ([`super::wire`]): it says `ready` (or why not) once, then answers
+//! each request (a runtime-spec Process as JSON, with three descriptors for the process's
+//! stdin, stdout and stderr) with the process's pid or why it did not start.
+
+use super::enter;
+use super::spec::{self, Config, Lsm, Process};
+use super::wire::{self, Reply};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+/// The helper's entry point; returns its exit status.
+pub fn main(bundle: &Path, init_pid: i32) -> i32 {
+    // SAFETY: the shim gives the helper its end of the socket pair as stdin.
+    let mut sock = unsafe { UnixStream::from_raw_fd(0) };
+    let mut resident = match Resident::enter(bundle, init_pid) {
+        Ok(r) => r,
+        Err(message) => {
+            let _ = answer(&mut sock, &Reply::Failed { message });
+            return 1;
+        }
+    };
+    if answer(&mut sock, &Reply::Ready).is_err() {
+        return 1;
+    }
+    resident.serve(&mut sock)
+}
+
+fn answer(sock: &mut UnixStream, reply: &Reply) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
+    wire::send(sock, &bytes, &[])
+}
+
+struct Resident {
+    config: Config,
+    lsm: Lsm,
+    bpf: Option<(Vec<u8>, libc::c_uint)>,
+    /// The container's init: readable once it has exited.
+    init: OwnedFd,
+    /// This helper's /proc/self/oom_score_adj, opened while it was the host's, and its value.
+    oom_file: std::fs::File,
+    oom_score_adj: Option<i32>,
+}
+
+impl Resident {
+    fn enter(bundle: &Path, init_pid: i32) -> Result<Resident, String> {
+        let config: Config = spec::read(&bundle.join("config.json"))?;
+        let lsm = Lsm::of_host();
+        let bpf = enter::seccomp_program(&config)?;
+        let oom_file = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/proc/self/oom_score_adj")
+            .map_err(|e| format!("open /proc/self/oom_score_adj: {e}"))?;
+        let oom_score_adj = config.process.as_ref().and_then(|p| p.oom_score_adj);
+        let init = enter::join_container(init_pid, oom_score_adj)?;
+        Ok(Resident {
+            config,
+            lsm,
+            bpf,
+            init,
+            oom_file,
+            oom_score_adj,
+        })
+    }
+
+    fn serve(&mut self, sock: &mut UnixStream) -> i32 {
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: sock.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.init.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: poll on two live descriptors.
+            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return 1;
+            }
+            if fds[1].revents != 0 {
+                // The init has exited: no exec can join the container any more.
+                return 0;
+            }
+            if fds[0].revents == 0 {
+                continue;
+            }
+            let reply = match wire::recv(sock) {
+                Ok(None) => return 0,
+                Err(_) => return 1,
+                Ok(Some((request, stdio))) => match self.exec(&request, stdio) {
+                    Ok(pid) => Reply::Started { pid },
+                    Err(message) => Reply::Failed { message },
+                },
+            };
+            if answer(sock, &reply).is_err() {
+                return 1;
+            }
+        }
+    }
+
+    /// Starts one exec; its descriptors are closed here once the process has its own.
+    fn exec(&mut self, request: &[u8], stdio: Vec<OwnedFd>) -> Result<i32, String> {
+        let process: Process = serde_json::from_slice(request)
+            .map_err(|e| format!("parse the exec's process: {e}"))?;
+        if let Some(why) = spec::unsupported(&process, &self.config, &self.lsm) {
+            return Err(format!("native exec cannot do {why}"));
+        }
+        let [stdin, stdout, stderr]: [OwnedFd; 3] =
+            stdio.try_into().map_err(|fds: Vec<OwnedFd>| {
+                format!("an exec needs 3 descriptors, not {}", fds.len())
+            })?;
+        if let Some(adj) = process.oom_score_adj {
+            if self.oom_score_adj != Some(adj) {
+                // Children inherit it. (Lowering it needs CAP_SYS_RESOURCE in the host's user
+                // namespace, which a helper in a pod's own user namespace no longer has.)
+                self.oom_file
+                    .write_all(adj.to_string().as_bytes())
+                    .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
+                self.oom_score_adj = Some(adj);
+            }
+        }
+        let mut prepared = enter::prepare(&process, self.bpf.clone())?;
+        let fds = [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()];
+        enter::start_process(&mut prepared, fds)
+    }
+}
