@@ -598,15 +598,9 @@ impl HostOps for FakeHost {
         Ok(())
     }
 
-    fn idmapped_bind(
-        &self,
-        _source: &Path,
-        target: &Path,
-        _userns: &Path,
-        _readonly: bool,
-    ) -> Result<()> {
+    fn idmapped_bind(&self, bind: &peapod_host::userns::IdmappedBind<'_>, _: &Path) -> Result<()> {
         self.faults.check("host.idmapped_bind")?;
-        lock(&self.idmapped).insert(target.to_path_buf());
+        lock(&self.idmapped).insert(bind.target.to_path_buf());
         Ok(())
     }
 
