@@ -9,6 +9,7 @@ use crate::store::container::{Container, ContainerRecord, ContainerState};
 use crate::store::names::{self, Claim};
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
 use peapod_host::timefmt;
+use peapod_image::RootfsRequest;
 use peapod_proto::v1::{ContainerConfig, ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
 use std::path::{Component, Path, PathBuf};
@@ -313,7 +314,13 @@ impl ContainerService {
         }
         userns::give_to_pod_root(self.host.as_ref(), &bundle, &srec.config)?;
         self.images
-            .create_rootfs(&image.id, id, &rootfs, false, userns.as_ref())
+            .create_rootfs(&RootfsRequest {
+                image_id: &image.id,
+                container_id: id,
+                target: &rootfs,
+                readonly: false,
+                userns: userns.as_ref(),
+            })
             .await?;
         made.rootfs = Some(rootfs.clone());
         crate::failpoint::hit("container.create.after-rootfs").await;

@@ -5,6 +5,7 @@ use super::SandboxService;
 use crate::error::{Error, Result};
 use crate::pause::{PAUSE_BINARY, PAUSE_USER};
 use peapod_host::userns::IdmappedBind;
+use peapod_image::RootfsRequest;
 use std::path::{Path, PathBuf};
 
 /// A label that marks the image peapod registers for its built-in pause.
@@ -64,7 +65,13 @@ impl SandboxService {
             Some(img) if img.config.labels.contains_key(BUILTIN_LABEL) => builtin(),
             Some(img) => {
                 self.images
-                    .create_rootfs(&img.id, sandbox_id, target, true, userns)
+                    .create_rootfs(&RootfsRequest {
+                        image_id: &img.id,
+                        container_id: sandbox_id,
+                        target,
+                        readonly: true,
+                        userns,
+                    })
                     .await?;
                 let mut args = img.config.entrypoint.clone();
                 args.extend(img.config.cmd.iter().cloned());

@@ -672,20 +672,13 @@ impl Images for FakeImages {
             .cloned()
     }
 
-    async fn create_rootfs(
-        &self,
-        _image_id: &str,
-        owner_id: &str,
-        target: &Path,
-        _readonly: bool,
-        _userns: Option<&peapod_host::userns::PinnedUserns>,
-    ) -> Result<()> {
+    async fn create_rootfs(&self, req: &peapod_image::RootfsRequest<'_>) -> Result<()> {
         self.faults.pass("rootfs.create").await?;
-        let etc = target.join("etc");
+        let etc = req.target.join("etc");
         std::fs::create_dir_all(&etc).map_err(|e| Error::path("create", &etc, e))?;
         std::fs::write(etc.join("passwd"), "root:x:0:0:root:/root:/bin/sh\n")
             .map_err(|e| Error::path("write", &etc, e))?;
-        lock(&self.rootfs).insert(owner_id.to_string(), target.to_path_buf());
+        lock(&self.rootfs).insert(req.container_id.to_string(), req.target.to_path_buf());
         Ok(())
     }
 
