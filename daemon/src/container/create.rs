@@ -5,6 +5,7 @@ use super::{host_facts, ContainerService};
 use crate::cgroups;
 use crate::error::{Error, Optional, Result};
 use crate::host_ops::userns;
+use crate::nri::NewContainer;
 use crate::store::container::{Container, ContainerRecord, ContainerState};
 use crate::store::names::{self, Claim};
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
@@ -382,9 +383,12 @@ impl ContainerService {
             paths: &peapod_spec::RealHost,
         })
         .map_err(Error::from)?;
-        self.nri
-            .create_container(srec, id, &config, &mut spec)
-            .await?;
+        let new = NewContainer {
+            pod: srec,
+            id,
+            config: &config,
+        };
+        self.nri.create_container(new, &mut spec).await?;
         crate::runtime_spec::write_config(&bundle, &spec)?;
         self.processes.remember(id, &spec);
 

@@ -862,12 +862,10 @@ impl crate::nri::Nri for FakeNri {
     }
     async fn create_container(
         &self,
-        _pod: &crate::store::sandbox::SandboxRecord,
-        id: &str,
-        _config: &peapod_proto::v1::ContainerConfig,
+        new: crate::nri::NewContainer<'_>,
         spec: &mut oci_spec::runtime::Spec,
     ) -> Result<()> {
-        self.ask("CreateContainer", "nri.create_container", id)?;
+        self.ask("CreateContainer", "nri.create_container", new.id)?;
         let env = lock(&self.env).clone();
         if let Some(process) = spec.process_mut() {
             let mut all = process.env().clone().unwrap_or_default();
