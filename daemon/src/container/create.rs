@@ -6,6 +6,7 @@ use crate::cgroups;
 use crate::error::{Error, Optional, Result};
 use crate::host_ops::userns;
 use crate::nri::NewContainer;
+use crate::shim::NewTask;
 use crate::store::container::{Container, ContainerRecord, ContainerState};
 use crate::store::names::{self, Claim};
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
@@ -408,23 +409,28 @@ impl ContainerService {
 
         let shim = self.shims.get(&srec.id).await?;
         let rec = entry.get();
-        let options = CreateOptions {
-            log_path,
-            stdin: rec.config.stdin,
-            stdin_once: rec.config.stdin_once,
-            exit_file: exit_file.to_string_lossy().into_owned(),
-            attach_socket: self
-                .shims
-                .attach_socket_path(id)
-                .to_string_lossy()
-                .into_owned(),
-            // The kubelet starts containers with StartContainer, in its own order.
-            start: false,
+        let task = NewTask {
+            id,
+            bundle: &bundle,
+            terminal: rec.config.tty,
+            options: CreateOptions {
+                log_path,
+                stdin: rec.config.stdin,
+                stdin_once: rec.config.stdin_once,
+                exit_file: exit_file.to_string_lossy().into_owned(),
+                attach_socket: self
+                    .shims
+                    .attach_socket_path(id)
+                    .to_string_lossy()
+                    .into_owned(),
+                // The kubelet starts containers with StartContainer, in its own order.
+                start: false,
+            },
         };
         // A record in `Creating` may have a task in the runtime: the cleanup deletes it.
         made.shim_task = true;
         entry.update(|r| r.runtime_create_sent = true)?;
-        let pid = shim.create(id, &bundle, rec.config.tty, &options).await?;
+        let pid = shim.create(&task).await?;
         crate::failpoint::hit("container.create.after-runtime-create").await;
         entry.update(|r| {
             r.pid = pid;

@@ -6,13 +6,12 @@ use crate::error::{Error, Result};
 use crate::host_ops::HostOps;
 use crate::images::Images;
 use crate::network::PodNetwork;
-use crate::shim::{ExecIo, Exit, ProcessState, Shim, Shims};
+use crate::shim::{ExecIo, Exit, NewTask, ProcessState, Shim, Shims};
 use crate::store::sandbox::CniAttachment;
 use async_trait::async_trait;
 use containerd_shim_protos::types::task::Status;
 use peapod_image::{Image, ImageConfig};
 use peapod_proto::v1::PodSandboxConfig;
-use peapod_shim::protocol::CreateOptions;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -224,17 +223,11 @@ impl FakeShim {
 
 #[async_trait]
 impl Shim for FakeShim {
-    async fn create(
-        &self,
-        id: &str,
-        _bundle: &Path,
-        _terminal: bool,
-        options: &CreateOptions,
-    ) -> Result<u32> {
+    async fn create(&self, task: &NewTask<'_>) -> Result<u32> {
         self.pass("shim.create").await?;
-        let pid = self.add_task(id, "")?;
-        if options.start {
-            self.set_running(id, "")?;
+        let pid = self.add_task(task.id, "")?;
+        if task.options.start {
+            self.set_running(task.id, "")?;
         }
         Ok(pid)
     }
