@@ -5,25 +5,17 @@
 
 use crate::error::Result;
 use async_trait::async_trait;
-use peapod_host::userns::PinnedUserns;
-use peapod_image::{Image, ImageConfig};
+use peapod_image::{Image, ImageConfig, RootfsRequest};
 use std::path::Path;
 
 #[async_trait]
 pub trait Images: Send + Sync {
     /// The image a reference (name, digest, id or id prefix) names, if the store has it.
     fn resolve(&self, reference: &str) -> Option<Image>;
-    /// Mounts (or copies) the image's root filesystem for `owner_id` at `target`; for an
-    /// owner in a pod's user namespace (`userns`), idmapped so that the image's files show as
-    /// owned by their own ids inside.
-    async fn create_rootfs(
-        &self,
-        image_id: &str,
-        owner_id: &str,
-        target: &Path,
-        readonly: bool,
-        userns: Option<&PinnedUserns>,
-    ) -> Result<()>;
+    /// Mounts (or copies) the image's root filesystem for `req.container_id` (its owner) at
+    /// `req.target`; for an owner in a pod's user namespace (`req.userns`), idmapped so that
+    /// the image's files show as owned by their own ids inside.
+    async fn create_rootfs(&self, req: &RootfsRequest<'_>) -> Result<()>;
     /// Releases what `create_rootfs` made for `owner_id`; an unknown owner is fine.
     async fn remove_rootfs(&self, owner_id: &str, target: &Path) -> Result<()>;
     /// The owners that have a root filesystem (for the start-up sweep of orphans).
@@ -43,22 +35,8 @@ impl Images for peapod_image::Store {
         peapod_image::Store::resolve(self, reference)
     }
 
-    async fn create_rootfs(
-        &self,
-        image_id: &str,
-        owner_id: &str,
-        target: &Path,
-        readonly: bool,
-        userns: Option<&PinnedUserns>,
-    ) -> Result<()> {
-        use peapod_image::Store;
-        match userns {
-            None => Store::create_rootfs(self, image_id, owner_id, target, readonly).await?,
-            Some(ns) => {
-                Store::create_rootfs_in_userns(self, image_id, owner_id, target, readonly, ns)
-                    .await?
-            }
-        };
+    async fn create_rootfs(&self, req: &RootfsRequest<'_>) -> Result<()> {
+        self.mount_rootfs(req).await?;
         Ok(())
     }
 

@@ -181,20 +181,26 @@ const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x0000_0004;
 
-/// Mounts an idmapped clone of `source` (a directory; the mount it is in must allow idmapping:
-/// ext4, xfs, btrfs, tmpfs do, overlayfs does not) on `target`, read-only with `readonly`.
-/// Files owned by host uid/gid `k` show, to processes in the user namespace at `userns`, as
-/// owned by `k` inside; what they create is stored with their container ids. Not recursive:
-/// mounts below `source` are not carried.
-pub fn idmapped_bind(
-    source: &Path,
-    target: &Path,
-    userns: &Path,
-    readonly: bool,
-) -> io::Result<()> {
+/// One bind for [`idmapped_bind`]: `source` on `target`. The user namespace is passed apart,
+/// as its callers make several binds through one (a pod's image layers, its idmapped mounts).
+#[derive(Debug, Clone, Copy)]
+pub struct IdmappedBind<'a> {
+    /// A directory; the mount it is in must allow idmapping (ext4, xfs, btrfs, tmpfs do,
+    /// overlayfs does not).
+    pub source: &'a Path,
+    /// An existing mount point.
+    pub target: &'a Path,
+    pub readonly: bool,
+}
+
+/// Mounts an idmapped clone of `bind.source` on `bind.target`, read-only with
+/// `bind.readonly`. Files owned by host uid/gid `k` show, to processes in the user namespace
+/// pinned at `userns`, as owned by `k` inside; what they create is stored with their
+/// container ids. Not recursive: mounts below the source are not carried.
+pub fn idmapped_bind(bind: &IdmappedBind<'_>, userns: &Path) -> io::Result<()> {
     let ns = File::open(userns)?;
-    let src = cpath(source)?;
-    let dst = cpath(target)?;
+    let src = cpath(bind.source)?;
+    let dst = cpath(bind.target)?;
     // SAFETY: open_tree with a valid C string; the result is a new fd or -1.
     let tree = unsafe {
         libc::syscall(
@@ -210,7 +216,7 @@ pub fn idmapped_bind(
     // SAFETY: the fd was just returned to us and nothing else owns it.
     let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | if readonly { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_set: MOUNT_ATTR_IDMAP | if bind.readonly { MOUNT_ATTR_RDONLY } else { 0 },
         attr_clr: 0,
         propagation: 0,
         userns_fd: ns.as_raw_fd() as u64,
@@ -288,8 +294,12 @@ fn probe_in(scratch: &Path, map: &IdMap) -> io::Result<()> {
         .map_err(context("a user namespace owning a network namespace"))?;
     let lower = scratch.join("idmapped-lower");
     let rw = scratch.join("rw");
-    idmapped_bind(&scratch.join("lower"), &lower, &userns, true)
-        .map_err(context("an idmapped mount"))?;
+    let bind = IdmappedBind {
+        source: &scratch.join("lower"),
+        target: &lower,
+        readonly: true,
+    };
+    idmapped_bind(&bind, &userns).map_err(context("an idmapped mount"))?;
     std::os::unix::fs::chown(rw.join("upper"), Some(map.host_id), Some(map.host_id))?;
     let opts = format!(
         "lowerdir={},upperdir={},workdir={}",

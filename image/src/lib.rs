@@ -83,5 +83,5 @@ pub use mount::is_mountpoint;
 pub use progress::{read_progress, LayerProgress, LayerStatus, PullProgress};
 pub use reference::{normalize_reference, validate_digest, Reference};
 pub use registry::{Credentials, RegistryConfig};
-pub use store::{progress_path, FsInfo, FsUsage, Image, ImageConfig, Rootfs, Store};
+pub use store::{progress_path, FsInfo, FsUsage, Image, ImageConfig, Rootfs, RootfsRequest, Store};
 pub use user::image_user;

@@ -7,6 +7,7 @@
 //! only overlayfs's own stack limit of 500 layers.
 
 use crate::Error;
+use peapod_host::userns::IdmappedBind;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -223,7 +224,12 @@ pub(crate) fn mount_overlay_idmapped(
     scratch: &Path,
 ) -> Result<(), Error> {
     let idmap = |src: &Path, dst: &Path, ro: bool| {
-        peapod_host::userns::idmapped_bind(src, dst, &userns.path, ro).map_err(|e| {
+        let bind = IdmappedBind {
+            source: src,
+            target: dst,
+            readonly: ro,
+        };
+        peapod_host::userns::idmapped_bind(&bind, &userns.path).map_err(|e| {
             Error::io(
                 format!(
                     "idmapped mount of {} on {} for the user namespace {}",

@@ -14,7 +14,7 @@
 
 use crate::adjust::{AdjustError, Merged};
 use crate::api::*;
-use crate::wire::{code, CallError, Handler, Peer, PLUGIN_SERVICE_CONN};
+use crate::wire::{code, CallError, Handler, Peer, Request, PLUGIN_SERVICE_CONN};
 use prost::Message;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -197,13 +197,9 @@ struct RuntimeService {
 
 #[async_trait::async_trait]
 impl Handler for RuntimeService {
-    async fn handle(
-        &self,
-        service: &str,
-        method: &str,
-        payload: &[u8],
-    ) -> Result<Vec<u8>, (i32, String)> {
+    async fn handle(&self, call: &Request) -> Result<Vec<u8>, (i32, String)> {
         let bad = |e: prost::DecodeError| (code::INVALID_ARGUMENT, e.to_string());
+        let (service, method, payload) = (&*call.service, &*call.method, &*call.payload);
         match (service, method) {
             (RUNTIME_SERVICE, "RegisterPlugin") => {
                 let req = RegisterPluginRequest::decode(payload).map_err(bad)?;

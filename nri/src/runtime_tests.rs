@@ -352,14 +352,10 @@ struct OldPlugin {
 
 #[async_trait::async_trait]
 impl crate::wire::Handler for OldPlugin {
-    async fn handle(
-        &self,
-        _service: &str,
-        method: &str,
-        payload: &[u8],
-    ) -> Result<Vec<u8>, (i32, String)> {
+    async fn handle(&self, call: &crate::wire::Request) -> Result<Vec<u8>, (i32, String)> {
         use prost::Message;
-        match method {
+        let payload = &*call.payload;
+        match &*call.method {
             "Configure" => Ok(ConfigureResponse { events: 0 }.encode_to_vec()),
             "Synchronize" => Ok(SynchronizeResponse::default().encode_to_vec()),
             "CreateContainer" => Ok(CreateContainerResponse::default().encode_to_vec()),
@@ -374,7 +370,7 @@ impl crate::wire::Handler for OldPlugin {
             }
             _ => Err((
                 crate::wire::code::UNIMPLEMENTED,
-                format!("{method} unknown"),
+                format!("{} unknown", call.method),
             )),
         }
     }

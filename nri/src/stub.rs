@@ -3,7 +3,7 @@
 
 use crate::api::*;
 use crate::runtime::{PLUGIN_SERVICE, RUNTIME_SERVICE};
-use crate::wire::{code, CallError, Handler, Peer, RUNTIME_SERVICE_CONN};
+use crate::wire::{code, CallError, Handler, Peer, Request, RUNTIME_SERVICE_CONN};
 use prost::Message;
 use std::path::Path;
 use std::sync::Arc;
@@ -82,12 +82,8 @@ fn failed(e: String) -> (i32, String) {
 
 #[async_trait::async_trait]
 impl<P: Plugin> Handler for Serve<P> {
-    async fn handle(
-        &self,
-        service: &str,
-        method: &str,
-        payload: &[u8],
-    ) -> Result<Vec<u8>, (i32, String)> {
+    async fn handle(&self, call: &Request) -> Result<Vec<u8>, (i32, String)> {
+        let (service, method, payload) = (&*call.service, &*call.method, &*call.payload);
         if service != PLUGIN_SERVICE {
             return Err((code::UNIMPLEMENTED, format!("{service} is not served")));
         }

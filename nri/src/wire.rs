@@ -12,7 +12,7 @@
 //! [`Peer`] is one end: it calls the other side's service on `out_conn` and serves its own on
 //! the other conn id with a [`Handler`].
 
-use crate::ttrpc_pb::{Request, Response, Status};
+use crate::ttrpc_pb::{Response, Status};
 use prost::Message;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -74,16 +74,15 @@ impl CallError {
     }
 }
 
+/// A call as it arrives: ttrpc's request envelope (service, method, encoded payload).
+pub use crate::ttrpc_pb::Request;
+
 /// Serves the calls that arrive on a peer's incoming conn id.
 #[async_trait::async_trait]
 pub trait Handler: Send + Sync + 'static {
-    /// Answers `service`/`method` with an encoded response, or a gRPC status code and message.
-    async fn handle(
-        &self,
-        service: &str,
-        method: &str,
-        payload: &[u8],
-    ) -> Result<Vec<u8>, (i32, String)>;
+    /// Answers `call.service`/`call.method` with an encoded response, or a gRPC status code
+    /// and message.
+    async fn handle(&self, call: &Request) -> Result<Vec<u8>, (i32, String)>;
 }
 
 type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Response>>>>;
@@ -310,10 +309,7 @@ async fn serve_one(
     payload: &[u8],
 ) {
     let response = match Request::decode(payload) {
-        Ok(req) => match handler
-            .handle(&req.service, &req.method, &req.payload)
-            .await
-        {
+        Ok(req) => match handler.handle(&req).await {
             Ok(payload) => Response {
                 status: Some(Status {
                     code: 0,

@@ -65,6 +65,29 @@ pub struct Applied {
     pub action: &'static str,
 }
 
+/// A delete of one pod: which, and how.
+#[derive(Debug, Clone, Copy)]
+pub struct Deletion<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// The containers' grace period in seconds; `None` (or negative): the pod's own.
+    pub grace_seconds: Option<i64>,
+    /// Return once the pod is gone, not once its deletion has begun.
+    pub wait: bool,
+}
+
+impl<'a> Deletion<'a> {
+    /// With the pod's own grace period, returning once it is gone: what a replace does.
+    pub fn waited(namespace: &'a str, name: &'a str) -> Deletion<'a> {
+        Deletion {
+            namespace,
+            name,
+            grace_seconds: None,
+            wait: true,
+        }
+    }
+}
+
 fn new_uid() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/uuid")
         .map(|s| s.trim().to_string())
@@ -261,7 +284,7 @@ impl Manager {
             let action = match existing {
                 Some((d, false)) if d == desired(&pod) => "unchanged",
                 Some(_) => {
-                    self.delete_locked(&ns, &name, None, true).await?;
+                    self.delete_locked(Deletion::waited(&ns, &name)).await?;
                     self.create(pod)?;
                     "configured"
                 }
@@ -376,26 +399,20 @@ impl Manager {
         self.read_view(namespace, name, |v| v.events.clone())
     }
 
-    pub async fn delete(
-        &self,
-        namespace: &str,
-        name: &str,
-        grace: Option<i64>,
-        wait: bool,
-    ) -> Result<(), PodError> {
+    pub async fn delete(&self, deletion: Deletion<'_>) -> Result<(), PodError> {
         let _guard = self.changes.lock().await;
-        self.delete_locked(namespace, name, grace, wait).await?;
+        self.delete_locked(deletion).await?;
         self.update_qos_cgroups();
         Ok(())
     }
 
-    async fn delete_locked(
-        &self,
-        namespace: &str,
-        name: &str,
-        grace: Option<i64>,
-        wait: bool,
-    ) -> Result<(), PodError> {
+    async fn delete_locked(&self, deletion: Deletion<'_>) -> Result<(), PodError> {
+        let Deletion {
+            namespace,
+            name,
+            grace_seconds,
+            wait,
+        } = deletion;
         let key = (namespace.to_string(), name.to_string());
         let (uid, mut done) = {
             let pods = self.lock();
@@ -404,9 +421,7 @@ impl Manager {
                 name: name.into(),
             })?;
             // A second delete of a pod being deleted just waits with the first.
-            let _ = h.commands.send(Command::Delete {
-                grace_seconds: grace,
-            });
+            let _ = h.commands.send(Command::Delete { grace_seconds });
             (h.uid.clone(), h.done.clone())
         };
         let pods = self.pods.clone();

@@ -1,6 +1,6 @@
 //! The `peapod.pods.v1.Pods` gRPC service over the manager: pods and events as Kubernetes JSON.
 
-use crate::manager::Manager;
+use crate::manager::{Deletion, Manager};
 use peapod_proto::pods as api;
 use peapod_proto::pods::pods_server::{Pods, PodsServer};
 use std::sync::Arc;
@@ -97,10 +97,13 @@ impl Pods for PodsService {
         required("name", &r.name)?;
         let grace = (r.grace_period_seconds >= 0).then_some(r.grace_period_seconds);
         let span = tracing::info_span!("DeletePod", namespace = %namespace(&r.namespace), name = %r.name, wait = r.wait);
-        self.manager
-            .delete(namespace(&r.namespace), &r.name, grace, r.wait)
-            .instrument(span)
-            .await?;
+        let deletion = Deletion {
+            namespace: namespace(&r.namespace),
+            name: &r.name,
+            grace_seconds: grace,
+            wait: r.wait,
+        };
+        self.manager.delete(deletion).instrument(span).await?;
         Ok(Response::new(api::DeleteResponse {}))
     }
 

@@ -2,7 +2,7 @@
 //! probes, pull policies, admission, apply semantics, deletion and re-adoption.
 
 use crate::fake_cri::FakeCri;
-use crate::manager::Manager;
+use crate::manager::{Deletion, Manager};
 use crate::resources::Amounts;
 use crate::settings::Settings;
 use k8s_openapi::api::core::v1::Pod;
@@ -331,7 +331,7 @@ async fn delete_removes_every_object_and_record() {
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     assert!(t.settings.pods_dir.join(&uid).join("volumes").is_dir());
     assert!(t.settings.pods_dir.join("default/p/record.json").is_file());
-    t.m.delete("default", "p", None, true).await.unwrap();
+    t.m.delete(Deletion::waited("default", "p")).await.unwrap();
     assert!(t.m.get("default", "p").is_err());
     {
         let st = t.cri.st();
@@ -341,7 +341,7 @@ async fn delete_removes_every_object_and_record() {
     assert!(!t.settings.pods_dir.join(&uid).exists());
     assert!(!t.settings.pods_dir.join("default/p").exists());
     assert!(matches!(
-        t.m.delete("default", "p", None, true).await,
+        t.m.delete(Deletion::waited("default", "p")).await,
         Err(crate::manager::PodError::NotFound { .. })
     ));
 }
@@ -404,7 +404,7 @@ async fn sidecars_start_before_apps_and_stop_after_them() {
             .to_string()
     };
     let (sidecar, app) = (id("initContainerStatuses"), id("containerStatuses"));
-    t.m.delete("default", "p", None, true).await.unwrap();
+    t.m.delete(Deletion::waited("default", "p")).await.unwrap();
     let calls = t.calls();
     let pos = |c: &str| {
         calls

@@ -5,10 +5,13 @@ use super::{host_facts, ContainerService};
 use crate::cgroups;
 use crate::error::{Error, Optional, Result};
 use crate::host_ops::userns;
+use crate::nri::NewContainer;
+use crate::shim::NewTask;
 use crate::store::container::{Container, ContainerRecord, ContainerState};
 use crate::store::names::{self, Claim};
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
 use peapod_host::timefmt;
+use peapod_image::RootfsRequest;
 use peapod_proto::v1::{ContainerConfig, ContainerEventType, NamespaceMode, PodSandboxConfig};
 use peapod_shim::protocol::CreateOptions;
 use std::path::{Component, Path, PathBuf};
@@ -313,7 +316,13 @@ impl ContainerService {
         }
         userns::give_to_pod_root(self.host.as_ref(), &bundle, &srec.config)?;
         self.images
-            .create_rootfs(&image.id, id, &rootfs, false, userns.as_ref())
+            .create_rootfs(&RootfsRequest {
+                image_id: &image.id,
+                container_id: id,
+                target: &rootfs,
+                readonly: false,
+                userns: userns.as_ref(),
+            })
             .await?;
         made.rootfs = Some(rootfs.clone());
         crate::failpoint::hit("container.create.after-rootfs").await;
@@ -375,9 +384,12 @@ impl ContainerService {
             paths: &peapod_spec::RealHost,
         })
         .map_err(Error::from)?;
-        self.nri
-            .create_container(srec, id, &config, &mut spec)
-            .await?;
+        let new = NewContainer {
+            pod: srec,
+            id,
+            config: &config,
+        };
+        self.nri.create_container(new, &mut spec).await?;
         crate::runtime_spec::write_config(&bundle, &spec)?;
         self.processes.remember(id, &spec);
 
@@ -397,23 +409,28 @@ impl ContainerService {
 
         let shim = self.shims.get(&srec.id).await?;
         let rec = entry.get();
-        let options = CreateOptions {
-            log_path,
-            stdin: rec.config.stdin,
-            stdin_once: rec.config.stdin_once,
-            exit_file: exit_file.to_string_lossy().into_owned(),
-            attach_socket: self
-                .shims
-                .attach_socket_path(id)
-                .to_string_lossy()
-                .into_owned(),
-            // The kubelet starts containers with StartContainer, in its own order.
-            start: false,
+        let task = NewTask {
+            id,
+            bundle: &bundle,
+            terminal: rec.config.tty,
+            options: CreateOptions {
+                log_path,
+                stdin: rec.config.stdin,
+                stdin_once: rec.config.stdin_once,
+                exit_file: exit_file.to_string_lossy().into_owned(),
+                attach_socket: self
+                    .shims
+                    .attach_socket_path(id)
+                    .to_string_lossy()
+                    .into_owned(),
+                // The kubelet starts containers with StartContainer, in its own order.
+                start: false,
+            },
         };
         // A record in `Creating` may have a task in the runtime: the cleanup deletes it.
         made.shim_task = true;
         entry.update(|r| r.runtime_create_sent = true)?;
-        let pid = shim.create(id, &bundle, rec.config.tty, &options).await?;
+        let pid = shim.create(&task).await?;
         crate::failpoint::hit("container.create.after-runtime-create").await;
         entry.update(|r| {
             r.pid = pid;

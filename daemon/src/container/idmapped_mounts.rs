@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::host_ops::HostOps;
-use peapod_host::userns::PinnedUserns;
+use peapod_host::userns::{IdmappedBind, PinnedUserns};
 use peapod_proto::v1::{ContainerConfig, PodSandboxConfig};
 use peapod_spec::HostPaths;
 use std::path::{Path, PathBuf};
@@ -118,7 +118,12 @@ pub fn stage(
         host.chown(&dir, userns.root_uid, userns.root_gid)?;
         // Recorded before mounting, so that the guard also cleans a half-made one.
         staged.mounts.push(target.clone());
-        host.idmapped_bind(&source, &target, &userns.path, m.readonly)
+        let bind = IdmappedBind {
+            source: &source,
+            target: &target,
+            readonly: m.readonly,
+        };
+        host.idmapped_bind(&bind, &userns.path)
             .map_err(|e| e.reworded(|m| format!("{field}: {m}")))?;
         m.host_path = target.to_string_lossy().into_owned();
         m.uid_mappings.clear();

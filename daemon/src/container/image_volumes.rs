@@ -10,6 +10,7 @@
 use super::ContainerService;
 use crate::error::{Error, Result};
 use crate::store::container::ImageVolume;
+use peapod_image::RootfsRequest;
 use peapod_proto::v1::ContainerConfig;
 use std::path::{Component, Path, PathBuf};
 
@@ -106,7 +107,13 @@ impl ContainerService {
             let target = bundle.join("image-volumes").join(i.to_string());
             std::fs::create_dir_all(&target).map_err(|e| Error::path("create", &target, e))?;
             self.images
-                .create_rootfs(&image.id, &rootfs_id, &target, true, userns)
+                .create_rootfs(&RootfsRequest {
+                    image_id: &image.id,
+                    container_id: &rootfs_id,
+                    target: &target,
+                    readonly: true,
+                    userns,
+                })
                 .await?;
             made.push(ImageVolume {
                 rootfs_id,

@@ -17,6 +17,7 @@ pub mod userns;
 use crate::blocking::off_runtime;
 use crate::error::{Error, Result};
 use nix::mount::{mount, MsFlags};
+use peapod_host::userns::IdmappedBind;
 use std::path::{Path, PathBuf};
 
 /// Size of a pod's /dev/shm (containerd's and Docker's default).
@@ -41,16 +42,10 @@ pub trait HostOps: Send + Sync {
     fn unmount(&self, path: &Path) -> Result<()>;
     /// Gives `path` (not what is below it) to `uid`:`gid`.
     fn chown(&self, path: &Path, uid: u32, gid: u32) -> Result<()>;
-    /// Binds `source` at `target` (an existing mount point) idmapped through the user
-    /// namespace pinned at `userns`: what host root owns appears owned by the namespace's
+    /// Binds `bind.source` at `bind.target` (an existing mount point) idmapped through the
+    /// user namespace pinned at `userns`: what host root owns appears owned by the namespace's
     /// root (`mount_setattr(MOUNT_ATTR_IDMAP)`; runc 1.1 cannot make these itself).
-    fn idmapped_bind(
-        &self,
-        source: &Path,
-        target: &Path,
-        userns: &Path,
-        readonly: bool,
-    ) -> Result<()>;
+    fn idmapped_bind(&self, bind: &IdmappedBind<'_>, userns: &Path) -> Result<()>;
     /// Removes the cgroup of an object whose runtime `create` may have been cut short (killed
     /// with a dead daemon, or by recovery): its processes are killed and its directories
     /// removed in every hierarchy. `cgroups_path` is the runtime spec's; a systemd-driver path
@@ -105,15 +100,9 @@ impl HostOps for RealHostOps {
             .map_err(|e| Error::path("chown to the pod's user namespace root", path, e))
     }
 
-    fn idmapped_bind(
-        &self,
-        source: &Path,
-        target: &Path,
-        userns: &Path,
-        readonly: bool,
-    ) -> Result<()> {
-        off_runtime(|| peapod_host::userns::idmapped_bind(source, target, userns, readonly))
-            .map_err(|e| Error::path("idmapped mount of", source, e))
+    fn idmapped_bind(&self, bind: &IdmappedBind<'_>, userns: &Path) -> Result<()> {
+        off_runtime(|| peapod_host::userns::idmapped_bind(bind, userns))
+            .map_err(|e| Error::path("idmapped mount of", bind.source, e))
     }
 
     fn remove_cgroup(&self, cgroups_path: &str) -> Result<()> {

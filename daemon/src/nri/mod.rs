@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::store::container::{ContainerRecord, ContainerRecords, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxRecords, SandboxState};
 use async_trait::async_trait;
+use oci_spec::runtime::Spec;
 use peapod_proto::v1::{ContainerConfig, LinuxContainerResources};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,13 +40,7 @@ pub trait Nri: Send + Sync {
     /// CreateContainer, the spec made and not yet written: the plugins' adjustments are
     /// applied to it. A plugin's error, conflicting adjustments or an adjustment peapod
     /// cannot apply fail the call.
-    async fn create_container(
-        &self,
-        pod: &SandboxRecord,
-        id: &str,
-        config: &ContainerConfig,
-        spec: &mut oci_spec::runtime::Spec,
-    ) -> Result<()>;
+    async fn create_container(&self, new: NewContainer<'_>, spec: &mut Spec) -> Result<()>;
     async fn post_create_container(&self, id: &str);
     /// A create that failed after CreateContainer reached the plugins.
     async fn undo_create_container(&self, id: &str);
@@ -66,6 +61,14 @@ pub trait Nri: Send + Sync {
     /// background (the runtime's ordering still puts it before the container's removal).
     fn container_exited(&self, id: &str, exit_code: i32, finished_at_ns: i64);
     async fn remove_container(&self, id: &str);
+}
+
+/// The container CreateContainer is making, as the plugins are told of it (besides its spec).
+#[derive(Clone, Copy)]
+pub struct NewContainer<'a> {
+    pub pod: &'a SandboxRecord,
+    pub id: &'a str,
+    pub config: &'a ContainerConfig,
 }
 
 /// The daemon's NRI: a running `peapod_nri::Runtime`, or nothing when disabled.
@@ -159,13 +162,7 @@ impl Nri for NriRuntime {
         self.tell(|rt| rt.remove_pod_sandbox(id)).await
     }
 
-    async fn create_container(
-        &self,
-        pod: &SandboxRecord,
-        id: &str,
-        config: &ContainerConfig,
-        spec: &mut oci_spec::runtime::Spec,
-    ) -> Result<()> {
+    async fn create_container(&self, new: NewContainer<'_>, spec: &mut Spec) -> Result<()> {
         let Some(rt) = &self.runtime else {
             return Ok(());
         };
@@ -173,6 +170,7 @@ impl Nri for NriRuntime {
             |e: serde_json::Error| Error::internal(format!("container spec as JSON: {e}"));
         let mut json = serde_json::to_value(&*spec).map_err(to_json)?;
         let now = peapod_host::timefmt::now_ns();
+        let NewContainer { pod, id, config } = new;
         let container = convert::new_container(id, &pod.id, config, &json, now);
         let adjust = rt.create_container(container).await.map_err(refused)?;
         if adjust == Default::default() {

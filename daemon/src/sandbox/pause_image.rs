@@ -4,6 +4,8 @@
 use super::SandboxService;
 use crate::error::{Error, Result};
 use crate::pause::{PAUSE_BINARY, PAUSE_USER};
+use peapod_host::userns::IdmappedBind;
+use peapod_image::RootfsRequest;
 use std::path::{Path, PathBuf};
 
 /// A label that marks the image peapod registers for its built-in pause.
@@ -45,8 +47,12 @@ impl SandboxService {
             std::fs::create_dir_all(target).map_err(|e| Error::path("create", target, e))?;
             // Read-only: the mount points are there (crate::pause), and a removal that went
             // through this bind could not touch the root every pod shares.
-            let source = &self.settings.pause_rootfs;
-            self.host.idmapped_bind(source, target, &ns.path, true)?;
+            let bind = IdmappedBind {
+                source: &self.settings.pause_rootfs,
+                target,
+                readonly: true,
+            };
+            self.host.idmapped_bind(&bind, &ns.path)?;
             Ok(PauseImage {
                 rootfs: target.to_path_buf(),
                 args: vec!["/pause".into()],
@@ -59,7 +65,13 @@ impl SandboxService {
             Some(img) if img.config.labels.contains_key(BUILTIN_LABEL) => builtin(),
             Some(img) => {
                 self.images
-                    .create_rootfs(&img.id, sandbox_id, target, true, userns)
+                    .create_rootfs(&RootfsRequest {
+                        image_id: &img.id,
+                        container_id: sandbox_id,
+                        target,
+                        readonly: true,
+                        userns,
+                    })
                     .await?;
                 let mut args = img.config.entrypoint.clone();
                 args.extend(img.config.cmd.iter().cloned());

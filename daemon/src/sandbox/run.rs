@@ -7,7 +7,7 @@ use crate::cgroups;
 use crate::error::{Error, Result};
 use crate::host_ops::userns;
 use crate::network::files;
-use crate::shim::Shim;
+use crate::shim::{NewTask, Shim};
 use crate::store::names::{self, Claim};
 use crate::store::sandbox::{Sandbox, SandboxRecord, SandboxState};
 use peapod_host::timefmt;
@@ -332,12 +332,17 @@ impl SandboxService {
             },
         )?;
         crate::runtime_spec::write_config(&bundle, &spec)?;
-        let options = CreateOptions {
-            // Nothing happens between create and start of a pause: one runtime call.
-            start: true,
-            ..Default::default()
+        let task = NewTask {
+            id,
+            bundle: &bundle,
+            terminal: false,
+            options: CreateOptions {
+                // Nothing happens between create and start of a pause: one runtime call.
+                start: true,
+                ..Default::default()
+            },
         };
         sandbox.update(|r| r.pause_create_sent = true)?;
-        shim.create(id, &bundle, false, &options).await
+        shim.create(&task).await
     }
 }

@@ -1,13 +1,13 @@
 //! The ttrpc client of one shim: the Task API calls and peapod's extension.
 
-use super::{ExecIo, Exit, ProcessState, Shim};
+use super::{ExecIo, Exit, NewTask, ProcessState, Shim};
 use crate::error::{Code, Error, Result};
 use async_trait::async_trait;
 use containerd_shim_protos::api;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::{Message, MessageField};
 use containerd_shim_protos::shim_async::{Client, TaskClient};
-use peapod_shim::protocol::{self, CreateOptions};
+use peapod_shim::protocol;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -123,17 +123,12 @@ impl ShimClient {
 
 #[async_trait]
 impl Shim for ShimClient {
-    async fn create(
-        &self,
-        id: &str,
-        bundle: &Path,
-        terminal: bool,
-        options: &CreateOptions,
-    ) -> Result<u32> {
+    async fn create(&self, task: &NewTask<'_>) -> Result<u32> {
+        let options = &task.options;
         let mut req = api::CreateTaskRequest::new();
-        req.id = id.to_string();
-        req.bundle = bundle.to_string_lossy().into_owned();
-        req.terminal = terminal;
+        req.id = task.id.to_string();
+        req.bundle = task.bundle.to_string_lossy().into_owned();
+        req.terminal = task.terminal;
         req.stdout = options.log_path.clone();
         let mut any = Any::new();
         any.type_url = protocol::CREATE_OPTIONS_TYPE_URL.into();

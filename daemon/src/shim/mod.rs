@@ -20,14 +20,8 @@ use std::time::Duration;
 /// container's own process.
 #[async_trait]
 pub trait Shim: Send + Sync {
-    /// Creates a container (its pid); with `options.start` it is started too.
-    async fn create(
-        &self,
-        id: &str,
-        bundle: &Path,
-        terminal: bool,
-        options: &CreateOptions,
-    ) -> Result<u32>;
+    /// Creates a container (its pid); with `task.options.start` it is started too.
+    async fn create(&self, task: &NewTask<'_>) -> Result<u32>;
     async fn start(&self, id: &str, exec_id: &str) -> Result<u32>;
     async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()>;
     async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit>;
@@ -49,6 +43,17 @@ pub trait Shim: Send + Sync {
     async fn gone(&self);
     /// Whether the shim's process still runs.
     fn alive(&self) -> bool;
+}
+
+/// A container for the shim to create: the Task API's CreateTask, with peapod's options.
+#[derive(Debug, Clone)]
+pub struct NewTask<'a> {
+    pub id: &'a str,
+    /// The OCI bundle (its config.json).
+    pub bundle: &'a Path,
+    /// The process gets a terminal.
+    pub terminal: bool,
+    pub options: CreateOptions,
 }
 
 /// Where an exec'd process's stdio goes (FIFO paths; empty for none).

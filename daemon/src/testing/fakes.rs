@@ -6,13 +6,12 @@ use crate::error::{Error, Result};
 use crate::host_ops::HostOps;
 use crate::images::Images;
 use crate::network::PodNetwork;
-use crate::shim::{ExecIo, Exit, ProcessState, Shim, Shims};
+use crate::shim::{ExecIo, Exit, NewTask, ProcessState, Shim, Shims};
 use crate::store::sandbox::CniAttachment;
 use async_trait::async_trait;
 use containerd_shim_protos::types::task::Status;
 use peapod_image::{Image, ImageConfig};
 use peapod_proto::v1::PodSandboxConfig;
-use peapod_shim::protocol::CreateOptions;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -224,17 +223,11 @@ impl FakeShim {
 
 #[async_trait]
 impl Shim for FakeShim {
-    async fn create(
-        &self,
-        id: &str,
-        _bundle: &Path,
-        _terminal: bool,
-        options: &CreateOptions,
-    ) -> Result<u32> {
+    async fn create(&self, task: &NewTask<'_>) -> Result<u32> {
         self.pass("shim.create").await?;
-        let pid = self.add_task(id, "")?;
-        if options.start {
-            self.set_running(id, "")?;
+        let pid = self.add_task(task.id, "")?;
+        if task.options.start {
+            self.set_running(task.id, "")?;
         }
         Ok(pid)
     }
@@ -598,15 +591,9 @@ impl HostOps for FakeHost {
         Ok(())
     }
 
-    fn idmapped_bind(
-        &self,
-        _source: &Path,
-        target: &Path,
-        _userns: &Path,
-        _readonly: bool,
-    ) -> Result<()> {
+    fn idmapped_bind(&self, bind: &peapod_host::userns::IdmappedBind<'_>, _: &Path) -> Result<()> {
         self.faults.check("host.idmapped_bind")?;
-        lock(&self.idmapped).insert(target.to_path_buf());
+        lock(&self.idmapped).insert(bind.target.to_path_buf());
         Ok(())
     }
 
@@ -678,20 +665,13 @@ impl Images for FakeImages {
             .cloned()
     }
 
-    async fn create_rootfs(
-        &self,
-        _image_id: &str,
-        owner_id: &str,
-        target: &Path,
-        _readonly: bool,
-        _userns: Option<&peapod_host::userns::PinnedUserns>,
-    ) -> Result<()> {
+    async fn create_rootfs(&self, req: &peapod_image::RootfsRequest<'_>) -> Result<()> {
         self.faults.pass("rootfs.create").await?;
-        let etc = target.join("etc");
+        let etc = req.target.join("etc");
         std::fs::create_dir_all(&etc).map_err(|e| Error::path("create", &etc, e))?;
         std::fs::write(etc.join("passwd"), "root:x:0:0:root:/root:/bin/sh\n")
             .map_err(|e| Error::path("write", &etc, e))?;
-        lock(&self.rootfs).insert(owner_id.to_string(), target.to_path_buf());
+        lock(&self.rootfs).insert(req.container_id.to_string(), req.target.to_path_buf());
         Ok(())
     }
 
@@ -875,12 +855,10 @@ impl crate::nri::Nri for FakeNri {
     }
     async fn create_container(
         &self,
-        _pod: &crate::store::sandbox::SandboxRecord,
-        id: &str,
-        _config: &peapod_proto::v1::ContainerConfig,
+        new: crate::nri::NewContainer<'_>,
         spec: &mut oci_spec::runtime::Spec,
     ) -> Result<()> {
-        self.ask("CreateContainer", "nri.create_container", id)?;
+        self.ask("CreateContainer", "nri.create_container", new.id)?;
         let env = lock(&self.env).clone();
         if let Some(process) = spec.process_mut() {
             let mut all = process.env().clone().unwrap_or_default();

@@ -107,7 +107,13 @@ async fn orphans_no_record_claims_are_removed() {
     use crate::images::Images;
     let target = h.dir.path().join("orphan-rootfs");
     h.images
-        .create_rootfs("img", "0rphan", &target, false, None)
+        .create_rootfs(&peapod_image::RootfsRequest {
+            image_id: "img",
+            container_id: "0rphan",
+            target: &target,
+            readonly: false,
+            userns: None,
+        })
         .await
         .unwrap();
     let dir = h.rt.config.root.join("containers").join("0rphan");

@@ -43,7 +43,7 @@ mod types;
 pub(crate) use layers::LayerSource;
 pub use query::progress_path;
 pub(crate) use types::runtime_config;
-pub use types::{FsInfo, FsUsage, Image, ImageConfig, Rootfs};
+pub use types::{FsInfo, FsUsage, Image, ImageConfig, Rootfs, RootfsRequest};
 
 use crate::digest::hex_of;
 use crate::error::IoContext;

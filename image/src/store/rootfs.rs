@@ -1,6 +1,6 @@
 //! Container root filesystems: overlay mounts of an image's layers with a writable layer.
 
-use super::types::Rootfs;
+use super::types::{Rootfs, RootfsRequest};
 use super::{join_err, validate_container_id, ContainerRecord, Store};
 use crate::error::IoContext;
 use crate::fsutil::{self};
@@ -24,34 +24,29 @@ impl Store {
         target: &Path,
         readonly: bool,
     ) -> Result<Rootfs, Error> {
-        self.mount_rootfs(image_id, container_id, target, readonly, None)
-            .await
+        let req = RootfsRequest {
+            image_id,
+            container_id,
+            target,
+            readonly,
+            userns: None,
+        };
+        self.mount_rootfs(&req).await
     }
 
-    /// [`Store::create_rootfs`] for a container in a pod's user namespace: the image layers go
-    /// in through idmapped mounts, so that the image's files show as owned by their ids inside
-    /// the namespace (root as root) and the shared layers are not chowned; the writable layer
-    /// belongs to the namespace's root. Removed by [`Store::remove_rootfs`] like any other.
-    pub async fn create_rootfs_in_userns(
-        &self,
-        image_id: &str,
-        container_id: &str,
-        target: &Path,
-        readonly: bool,
-        userns: &peapod_host::userns::PinnedUserns,
-    ) -> Result<Rootfs, Error> {
-        self.mount_rootfs(image_id, container_id, target, readonly, Some(userns))
-            .await
-    }
-
-    async fn mount_rootfs(
-        &self,
-        image_id: &str,
-        container_id: &str,
-        target: &Path,
-        readonly: bool,
-        userns: Option<&peapod_host::userns::PinnedUserns>,
-    ) -> Result<Rootfs, Error> {
+    /// [`Store::create_rootfs`] with all its options. For a container in a pod's user
+    /// namespace (`req.userns`) the image layers go in through idmapped mounts, so that the
+    /// image's files show as owned by their ids inside the namespace (root as root) and the
+    /// shared layers are not chowned; the writable layer belongs to the namespace's root.
+    /// Removed by [`Store::remove_rootfs`] like any other.
+    pub async fn mount_rootfs(&self, req: &RootfsRequest<'_>) -> Result<Rootfs, Error> {
+        let RootfsRequest {
+            image_id,
+            container_id,
+            target,
+            readonly,
+            userns,
+        } = *req;
         validate_container_id(container_id)?;
         let record = {
             let mut inner = self.inner();

@@ -1,8 +1,9 @@
 //! The store's public types: images, their config, root filesystems, usage.
 
 use crate::manifest::{self, ConfigFile};
+use peapod_host::userns::PinnedUserns;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// An image as the CRI sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +75,22 @@ pub(crate) fn runtime_config(c: &ImageConfig) -> manifest::RuntimeConfig {
         exposed_ports: set(&c.exposed_ports),
         volumes: set(&c.volumes),
     }
+}
+
+/// A container root filesystem to mount ([`crate::Store::mount_rootfs`]): one value that the
+/// daemon's lifecycle hands through to the store as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct RootfsRequest<'a> {
+    /// Any reference [`crate::Store::resolve`] accepts.
+    pub image_id: &'a str,
+    /// The owner (a container, a pod's pause, an image volume): what the rootfs is released by.
+    pub container_id: &'a str,
+    /// Where it is mounted; created if missing.
+    pub target: &'a Path,
+    /// No writable layer.
+    pub readonly: bool,
+    /// For an owner in a pod's own user namespace: the layers go in idmapped through it.
+    pub userns: Option<&'a PinnedUserns>,
 }
 
 /// A mounted container root filesystem.
