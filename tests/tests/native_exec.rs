@@ -214,17 +214,25 @@ async fn daemon(name: &str, mode: &str, dir: &Path) -> TestDaemon {
     .await
 }
 
-/// The resident exec helpers (`peapod-shim nsexec --resident`) of container `id` running now.
-fn residents_of(id: &str) -> usize {
+/// The pids of the resident exec helpers (`peapod-shim nsexec --resident`) of container `id`
+/// running now (zombies are not running).
+fn resident_pids(id: &str) -> Vec<i32> {
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return 0;
+        return Vec::new();
     };
     procs
         .flatten()
-        .filter_map(|p| std::fs::read(p.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains("nsexec --resident") && c.contains(id))
-        .count()
+        .filter_map(|p| {
+            let pid = p.file_name().to_str()?.parse::<i32>().ok()?;
+            let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (cmdline.contains("nsexec --resident") && cmdline.contains(id)).then_some(pid)
+        })
+        .collect()
+}
+
+fn residents_of(id: &str) -> usize {
+    resident_pids(id).len()
 }
 
 /// What each case's execs print and return, in one daemon; `residents`: how many resident
@@ -381,4 +389,64 @@ async fn native_execs_are_the_processes_runc_exec_makes() {
     assert_eq!(by_native[0].2, vec![3, 143, 137, 0]);
     let _ = std::fs::remove_dir_all(&native_dir);
     let _ = std::fs::remove_dir_all(&runc_dir);
+}
+
+/// The resident helper from the outside: killed, it is replaced at the next exec (and reaped);
+/// when the container's init exits it leaves by itself, before anything is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resident_helper_is_replaced_when_killed_and_leaves_with_its_container() {
+    let images = Images::start();
+    let image = images.push("busybox:resident", &busybox());
+    let dir = std::env::temp_dir().join("peapod-native-exec-resident");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut d = daemon("resident-exec", "native", &dir).await;
+    d.pull(&image).await;
+    let pod = d.run_pod_with("resident", no_pod_change).await;
+    let config = in_pod(
+        &pod,
+        sh("app", &image, "trap 'exit 0' TERM; sleep 3600 & wait"),
+    );
+    let id = d.run_container(&pod, config).await;
+
+    assert_eq!(exec_sync_in(&mut d, &id, &["true"]).await.exit_code, 0);
+    let first = resident_pids(&id);
+    assert_eq!(first.len(), 1, "one helper after the first exec");
+    // SAFETY: kill with integer arguments.
+    unsafe { libc::kill(first[0], libc::SIGKILL) };
+    let again = exec_sync_in(&mut d, &id, &["sh", "-c", "echo again"]).await;
+    assert_eq!(
+        (again.exit_code, again.stdout.as_slice()),
+        (0, &b"again\n"[..])
+    );
+    let second = resident_pids(&id);
+    assert_eq!(second.len(), 1, "one helper again");
+    assert_ne!(second[0], first[0], "a new helper");
+    // The killed one was reaped by the shim, not left a zombie.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", first[0])).unwrap_or_default();
+    assert!(
+        !status.contains("State:\tZ"),
+        "the killed helper is a zombie"
+    );
+
+    d.cri
+        .runtime
+        .stop_container(cri::StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 10,
+        })
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !resident_pids(&id).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the helper outlived its container's init"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    d.remove_pod(&pod).await;
+    let left = d.leftovers();
+    assert!(left.is_empty(), "left {left:?}");
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
 }
