@@ -377,12 +377,12 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
     exec(p)
 }
 
-/// Signal dispositions and mask as the program finds them after `runc exec`, whose last step
-/// is Go's runtime (runc init): every signal it handles goes back to the default action at
-/// execve, so an inherited "ignore" survives only where Go leaves it alone: SIGHUP and SIGINT
-/// (Go respects an inherited SIG_IGN there) and signal 32 (glibc's, which Go never handles).
-/// A Rust helper itself starts with SIGPIPE ignored, which must not reach the program. The
-/// raw syscall: glibc refuses to touch its own signals 32 and 33.
+/// Signal dispositions and mask as the program finds them after `runc exec`: every signal
+/// back to its default action and unblocked, but for signal 32 (glibc's own, which neither
+/// runc nor glibc lets anyone touch, so an inherited "ignore" stays). What the shim inherited
+/// does not leak through: a daemon started under nohup ignores SIGHUP, and a Rust helper
+/// starts with SIGPIPE ignored; an ignored signal stays ignored across execve. The raw
+/// syscall: glibc refuses to touch its signals 32 and 33.
 fn reset_signals() {
     #[repr(C)]
     struct KernelSigaction {
@@ -398,10 +398,7 @@ fn reset_signals() {
         mask: 0,
     };
     for signal in 1..=64 {
-        if matches!(
-            signal,
-            libc::SIGKILL | libc::SIGSTOP | libc::SIGHUP | libc::SIGINT | 32
-        ) {
+        if matches!(signal, libc::SIGKILL | libc::SIGSTOP | 32) {
             continue;
         }
         // SAFETY: rt_sigaction with a valid action and the kernel's sigset size.
