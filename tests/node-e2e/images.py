@@ -28,10 +28,16 @@ What each image holds, and why that is enough for the specs:
       resolves the pod's FQDN through /etc/hosts, as the upstream Debian image does).
   kitten:1.8, nautilus:1.8       agnhost with the picture and data.json of test/images/*, CMD
       test-webserver.
+  sample-device-plugin:1.8.0     test/images/sample-device-plugin built from the Kubernetes module
+      (scripts/node-e2e builds it, as k8s/build.sh builds agnhost) at /sampledeviceplugin,
+      ENTRYPOINT ["/sampledeviceplugin", "-alsologtostderr"] as upstream, on the busybox layer
+      (upstream's base is alpine). The [Serial] Device Plugin specs run it (its daemonset's
+      manifest names registry.k8s.io/e2e-test-images/sample-device-plugin:1.8.0).
 Images named by a digest of upstream content (busybox@sha256:a9155b..., and whatever is pulled
 by digest) cannot be rebuilt; the suite's specs that need them are skipped by scripts/node-e2e.
 
 usage: images.py --out OUT --busybox BUSYBOX --nc NC --bin BIN --agnhost AGNHOST --k8s-src DIR
+                 --sample-device-plugin PLUGIN
   BIN holds pause, fake-nginx and nnp (tests/critest/src/*.c built static), nmeter and
   libkeepenv.so (tests/node-e2e/src/*.c); DIR is the
   k8s.io/kubernetes module source (for the agnhost certificates and the kitten/nautilus files).
@@ -170,6 +176,8 @@ def main():
     ap.add_argument("--bin", required=True, help="directory of pause, fake-nginx, nnp")
     ap.add_argument("--agnhost", required=True, help="the agnhost binary k8s/build.sh built")
     ap.add_argument("--k8s-src", required=True, help="the k8s.io/kubernetes module source")
+    ap.add_argument("--sample-device-plugin", required=True,
+                    help="test/images/sample-device-plugin, built from the Kubernetes module")
     a = ap.parse_args()
     s = critest.Store(a.out)
     # The busybox layer and the applets it lacks, under every image that has a shell.
@@ -207,6 +215,10 @@ def main():
             sh, "ipc-utils")
     s.image([E + "glibc-dns-testing:2.1.1"], [bb, bbx, glibc_hostname_layer()], sh,
             "glibc-dns-testing")
+    dp = critest.Layer()
+    dp.file("sampledeviceplugin", critest.read(a.sample_device_plugin), 0o755)
+    s.image([E + "sample-device-plugin:1.8.0"], [bb, bbx, dp.finish()],
+            {"Entrypoint": ["/sampledeviceplugin", "-alsologtostderr"]}, "sample-device-plugin")
     s.write()
 
 
