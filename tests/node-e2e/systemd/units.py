@@ -393,17 +393,19 @@ def supervise(udir):
             break
         except InterruptedError:
             continue
+    # ExecMainCode/ExecMainStatus as systemd's: "killed" and the signal, or "exited" and the
+    # exit status.
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        clean, result, code = sig in CLEAN_SIGNALS, "signal", f"signal {signal.Signals(sig).name}"
+        number = os.WTERMSIG(status)
+        clean, result, code = number in CLEAN_SIGNALS, "signal", "killed"
     else:
-        code_n = os.WEXITSTATUS(status)
-        clean, result, code = code_n == 0, "exit-code", f"status {code_n}"
+        number = os.WEXITSTATUS(status)
+        clean, result, code = number == 0, "exit-code", "exited"
     with Lock(udir):
         st = read_json(state_path, {})
         job = st.get("Job")
-        st.update({"MainPID": 0, "ExecMainStatus": code, "ExecMainPID": pid,
-                   "Exited": time.time()})
+        st.update({"MainPID": 0, "ExecMainCode": code, "ExecMainStatus": number,
+                   "ExecMainPID": pid, "Exited": time.time()})
         if not clean:
             st.update({"ActiveState": "failed", "SubState": "failed", "Result": result})
         elif job in ("stop", "restart") or not unit.get("remain_after_exit"):
