@@ -14,7 +14,12 @@ What each image holds, and why that is enough for the specs:
       busybox layer plus Debian's bash and curl and netcat-openbsd's nc (as upstream's:
       busybox's has no -u) with the libraries they load (the networking specs run curl and nc -u in a
       host-network agnhost pod). 2.55 differs by a marker file only: the
-      specs that swap images need two image ids.
+      specs that swap images need two image ids. 2.66.1 also has what its fake-registry-server
+      serves (/var/registry: upstream's image fills it at build time with registry.k8s.io's
+      pause:3.10.2 as pause:testing, test/images/agnhost/fakeregistryserver): here the
+      pause:3.10.2 built below, in the same layout (the tag file holds the digest of its
+      manifest; manifests and blobs under sha256/<2 hex>/<hex>/data). The [Serial] private
+      registry specs pull localhost:5000/pause:testing from it.
   busybox:1.37.0-2, 1.36.1-1     the busybox layer, CMD sh, and what upstream's busybox does
       and Debian's does not that the specs need (extras_layer: nmeter, a shell that passes on
       environment variables with names like data-1).
@@ -28,10 +33,16 @@ What each image holds, and why that is enough for the specs:
       resolves the pod's FQDN through /etc/hosts, as the upstream Debian image does).
   kitten:1.8, nautilus:1.8       agnhost with the picture and data.json of test/images/*, CMD
       test-webserver.
+  sample-device-plugin:1.8.0     test/images/sample-device-plugin built from the Kubernetes module
+      (scripts/node-e2e builds it, as k8s/build.sh builds agnhost) at /sampledeviceplugin,
+      ENTRYPOINT ["/sampledeviceplugin", "-alsologtostderr"] as upstream, on the busybox layer
+      (upstream's base is alpine). The [Serial] Device Plugin specs run it (its daemonset's
+      manifest names registry.k8s.io/e2e-test-images/sample-device-plugin:1.8.0).
 Images named by a digest of upstream content (busybox@sha256:a9155b..., and whatever is pulled
 by digest) cannot be rebuilt; the suite's specs that need them are skipped by scripts/node-e2e.
 
 usage: images.py --out OUT --busybox BUSYBOX --nc NC --bin BIN --agnhost AGNHOST --k8s-src DIR
+                 --sample-device-plugin PLUGIN
   BIN holds pause, fake-nginx and nnp (tests/critest/src/*.c built static), nmeter and
   libkeepenv.so (tests/node-e2e/src/*.c); DIR is the
   k8s.io/kubernetes module source (for the agnhost certificates and the kitten/nautilus files).
@@ -39,6 +50,7 @@ Output, under OUT, as tests/critest/images.py: store/ (served by tests/critest/r
 images.txt.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -144,6 +156,36 @@ def agnhost_layer(agnhost, k8s_src):
     return l.finish()
 
 
+def fake_registry_layer(store, repo, tag, as_name, as_tag):
+    """/var/registry/AS_NAME for agnhost's fake-registry-server: the image REPO:TAG of `store`
+    (its manifest, config and layers, read back from the store's blobs) as AS_NAME:AS_TAG."""
+    def blob(digest):
+        return critest.read(os.path.join(store.blobdir, digest.split(":", 1)[1]))
+
+    def path(kind, digest):
+        algo, hexd = digest.split(":", 1)
+        return f"var/registry/{as_name}/{kind}/{algo}/{hexd[:2]}/{hexd}/data"
+
+    md = store.repos[repo][tag]
+    manifest = json.loads(blob(md))
+    l = critest.Layer()
+    made = set()
+
+    def put(name, data):
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            d = "/".join(parts[:i])
+            if d not in made:
+                made.add(d)
+                l.dir(d)
+        l.file(name, data)
+    put(f"var/registry/{as_name}/manifests/{as_tag}", md + "\n")
+    put(path("manifests", md), blob(md))
+    for d in [manifest["config"]["digest"]] + [x["digest"] for x in manifest["layers"]]:
+        put(path("blobs", d), blob(d))
+    return l.finish()
+
+
 def webserver_files_layer(k8s_src, name):
     l = critest.Layer()
     html = os.path.join(k8s_src, "test/images", name, "html")
@@ -170,6 +212,8 @@ def main():
     ap.add_argument("--bin", required=True, help="directory of pause, fake-nginx, nnp")
     ap.add_argument("--agnhost", required=True, help="the agnhost binary k8s/build.sh built")
     ap.add_argument("--k8s-src", required=True, help="the k8s.io/kubernetes module source")
+    ap.add_argument("--sample-device-plugin", required=True,
+                    help="test/images/sample-device-plugin, built from the Kubernetes module")
     a = ap.parse_args()
     s = critest.Store(a.out)
     # The busybox layer and the applets it lacks, under every image that has a shell.
@@ -179,12 +223,17 @@ def main():
 
     s.image([E + "busybox:1.37.0-2", E + "busybox:1.36.1-1"], [bb, bbx], sh, "busybox")
 
+    # First: agnhost's fake registry serves it.
+    s.image([G + "pause:3.10.2"], [critest.pause_layer(a.bin)],
+            {"Entrypoint": ["/pause"], "User": "65535:65535"}, "pause")
+
     tools = tools_layer({"bin/bash": "/usr/bin/bash", "usr/bin/curl": "/usr/bin/curl",
                          "usr/bin/nc": a.nc, "bin/nc": a.nc})
     ag = agnhost_layer(a.agnhost, a.k8s_src)
     agcfg = {"Entrypoint": ["/agnhost"], "Cmd": ["pause"],
              "ExposedPorts": {p + "/tcp": {} for p in ["80", "8080", "8081", "9376", "5000"]}}
-    s.image([E + "agnhost:2.66.1"], [bb, bbx, tools, ag], agcfg, "agnhost")
+    registry = fake_registry_layer(s, "pause", "3.10.2", "pause", "testing")
+    s.image([E + "agnhost:2.66.1"], [bb, bbx, tools, ag, registry], agcfg, "agnhost")
     s.image([E + "agnhost:2.55"], [bb, bbx, tools, ag, critest.marker_layer("agnhost-2.55")],
             agcfg, "agnhost-prev")
     for name in ["kitten", "nautilus"]:
@@ -198,8 +247,6 @@ def main():
     s.image([E + "nginx:1.28.0-2"], [bb, bbx, ng, critest.marker_layer("nginx-1.28")], ngcfg,
             "nginx-new")
 
-    s.image([G + "pause:3.10.2"], [critest.pause_layer(a.bin)],
-            {"Entrypoint": ["/pause"], "User": "65535:65535"}, "pause")
     s.image([E + "nonewprivs:1.4"], [bb, bbx, critest.nnp_layer(a.bin)], {"Cmd": ["nnp"]},
             "nonewprivs")
     s.image([E + "nonroot:1.5"], [bb, bbx], {"Cmd": ["sh"], "User": "1234"}, "nonroot")
@@ -207,6 +254,10 @@ def main():
             sh, "ipc-utils")
     s.image([E + "glibc-dns-testing:2.1.1"], [bb, bbx, glibc_hostname_layer()], sh,
             "glibc-dns-testing")
+    dp = critest.Layer()
+    dp.file("sampledeviceplugin", critest.read(a.sample_device_plugin), 0o755)
+    s.image([E + "sample-device-plugin:1.8.0"], [bb, bbx, dp.finish()],
+            {"Entrypoint": ["/sampledeviceplugin", "-alsologtostderr"]}, "sample-device-plugin")
     s.write()
 
 

@@ -21,6 +21,14 @@
 #   RUNTIME_PIDFILE    where its pid is written (the suite's --container-runtime-pid-file)
 #   CRICTL             crictl, to remove every pod at the end (CNI DEL for each)
 #   SUITE_CWD, SUITE_LOG  the suite's working directory and log
+#   PEAPOD_SYSTEMD_STATE  (--serial) the state directory of the systemd stand-ins
+#                      (tests/node-e2e/systemd, on the suite's PATH): the runtime then runs as
+#                      their unit "$RUNTIME.service" (KillMode=process, as containerd.service),
+#                      and their D-Bus API (systemd-bus.py, on SYSTEMD_BUS) serves the suite's
+#                      DBUS_SYSTEM_BUS_ADDRESS, so that the spec that stops and starts the
+#                      runtime through systemd can; the kubelet is their unit too (the harness
+#                      starts it with systemd-run)
+#   SYSTEMD_STANDINS, SYSTEMD_BUS  (with PEAPOD_SYSTEMD_STATE) their directory and the bus's socket
 # and runs "$@" (ginkgo and its arguments) as the suite. Exits with the suite's status.
 set -eu
 
@@ -74,7 +82,17 @@ into_cg() {
 
 # --- The runtime, in /runtime (the kubelet's --runtime-cgroups: its "runtime" system container)
 mkcg runtime
-runtime_pid="" suite=""
+runtime_pid="" suite="" bus_pid=""
+units=${PEAPOD_SYSTEMD_STATE:+1}
+unit=$RUNTIME.service
+systemctl() { python3 "$SYSTEMD_STANDINS/systemctl" "$@"; }
+runtime_alive() {
+    if [ -n "$units" ]; then
+        [ "$(systemctl show -p SubState --value "$unit")" = running ]
+    else
+        kill -0 "$runtime_pid" 2>/dev/null
+    fi
+}
 # On the way out (the suite's end, or a TERM from scripts/node-e2e): the suite stopped first,
 # so that nothing makes pods any more, then every pod removed through the runtime (CNI DEL: no
 # address or port mapping left), then the runtime stopped.
@@ -85,35 +103,77 @@ teardown() {
         timeout 30 tail -s 0.2 --pid="$suite" -f /dev/null
         kill -KILL -- "-$suite" 2>/dev/null
     fi
+    if [ -n "$units" ]; then
+        # The units the suite started (the kubelet's) run in sessions of their own: stopped
+        # here, before the pods go. Then the runtime as below, through its MainPID (which
+        # changes when the suite restarts it).
+        systemctl kill -s SIGKILL 'kubelet-*' 2>/dev/null
+        systemctl stop 'kubelet-*' 'run-u*' >&2
+        runtime_pid=$(systemctl show -p MainPID --value "$unit")
+        [ "$runtime_pid" = 0 ] && runtime_pid=""
+    fi
     if [ -n "$runtime_pid" ] && kill -0 "$runtime_pid" 2>/dev/null; then
         timeout 120 "$CRICTL" --timeout 60s -r "unix://$RUNTIME_SOCKET" rmp --all --force >&2
         kill -TERM "$runtime_pid"
         timeout 20 tail -s 0.1 --pid="$runtime_pid" -f /dev/null
         kill -KILL "$runtime_pid" 2>/dev/null
     fi
+    if [ -n "$units" ]; then
+        systemctl stop "$unit" >&2
+        [ -n "$bus_pid" ] && kill "$bus_pid" 2>/dev/null
+    fi
 }
 trap teardown EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 eval "runtime_cmd=($RUNTIME_CMD)"
-(
-    into_cg runtime "$BASHPID"
-    exec "${runtime_cmd[@]}"
-) >"$RUNTIME_LOG" 2>&1 </dev/null &
-runtime_pid=$!
+if [ -n "$units" ]; then
+    # A unit defined as from a unit file (it stays loaded when stopped, as containerd.service),
+    # whose command moves itself into /runtime and writes the pid file (the runtime's pid
+    # after the exec) at each start.
+    starter=${PEAPOD_SYSTEMD_STATE%/}-$RUNTIME-start
+    cat >"$starter" <<'EOF'
+#!/bin/bash
+# The command of the runtime's unit (tests/node-e2e/node.sh).
+for point in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+    [ -e "${point}runtime/cgroup.procs" ] && echo $$ >"${point}runtime/cgroup.procs"
+done
+echo $$ >"$RUNTIME_PIDFILE"
+eval "runtime_cmd=($RUNTIME_CMD)"
+exec "${runtime_cmd[@]}"
+EOF
+    chmod +x "$starter"
+    python3 "$SYSTEMD_STANDINS/units.py" define "$unit" -p KillMode=process -p TimeoutStopSec=30 \
+        -p "StandardOutput=append:$RUNTIME_LOG" -p "StandardError=append:$RUNTIME_LOG" -- "$starter"
+    systemctl start "$unit"
+    setsid python3 "$SYSTEMD_STANDINS/systemd-bus.py" --listen "$SYSTEMD_BUS" \
+        >"${RUNTIME_LOG%/*}/systemd-bus.log" 2>&1 </dev/null &
+    bus_pid=$!
+else
+    (
+        into_cg runtime "$BASHPID"
+        exec "${runtime_cmd[@]}"
+    ) >"$RUNTIME_LOG" 2>&1 </dev/null &
+    runtime_pid=$!
+fi
 for _ in $(seq 300); do
     [ -S "$RUNTIME_SOCKET" ] && break
-    kill -0 "$runtime_pid" 2>/dev/null || { say "$RUNTIME exited: $(tail -5 "$RUNTIME_LOG")"; exit 1; }
+    runtime_alive || { say "$RUNTIME exited: $(tail -5 "$RUNTIME_LOG")"; exit 1; }
     sleep 0.1
 done
 [ -S "$RUNTIME_SOCKET" ] || { say "$RUNTIME did not serve within 30 s"; exit 1; }
-echo "$runtime_pid" >"$RUNTIME_PIDFILE"
+[ -n "$units" ] || echo "$runtime_pid" >"$RUNTIME_PIDFILE"
 
 # --- The suite ---------------------------------------------------------------------------------
 # In the background, so that a TERM is handled at once (bash runs traps only between
 # foreground commands), and in a process group of its own, which the teardown stops whole
 # (ginkgo, its e2e_node.test processes, their services and the kubelet).
 cd "$SUITE_CWD"
+if [ -n "$units" ]; then
+    for _ in $(seq 100); do [ -S "$SYSTEMD_BUS" ] && break; sleep 0.1; done
+    [ -S "$SYSTEMD_BUS" ] || { say "the D-Bus stand-in did not listen on $SYSTEMD_BUS"; exit 1; }
+    export DBUS_SYSTEM_BUS_ADDRESS=unix:path=$SYSTEMD_BUS
+fi
 setsid "$@" >"$SUITE_LOG" 2>&1 </dev/null &
 suite=$!
 rc=0
