@@ -155,21 +155,14 @@ impl Starter {
             serde_json::from_slice::<Reply>(&bytes).map_err(std::io::Error::other)
         })
         .await;
-        match ready {
-            Ok(Reply::Ready) => Ok(resident),
-            Ok(Reply::Failed { message }) => {
-                retire(Some(resident)).await;
-                Err(failed("exec", message))
-            }
-            Ok(other) => {
-                retire(Some(resident)).await;
-                Err(failed("exec", format!("said {other:?} before ready")))
-            }
-            Err(e) => {
-                retire(Some(resident)).await;
-                Err(e)
-            }
-        }
+        let why = match ready {
+            Ok(Reply::Ready) => return Ok(resident),
+            Ok(Reply::Failed { message }) => failed("exec", message),
+            Ok(other) => failed("exec", format!("said {other:?} before ready")),
+            Err(e) => e,
+        };
+        retire(Some(resident)).await;
+        Err(why)
     }
 }
 
@@ -293,5 +286,51 @@ fn failed(command: &str, message: String) -> RuntimeCliError {
         command: command.into(),
         exit_status: 1,
         message,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A stand-in helper: a script that answers on its stdin (the socket) as `reply` says.
+    fn scripted_helper(dir: &Path, reply: &str) -> PathBuf {
+        let path = dir.join("helper");
+        let script = format!(
+            "#!/usr/bin/python3\nimport os, struct\nopen({pid:?}, 'w').write(str(os.getpid()))\nm = {reply:?}.encode()\nos.write(0, struct.pack('<I', len(m)) + m)\n",
+            pid = dir.join("pid").display().to_string(),
+        );
+        std::fs::write(&path, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// A helper that cannot join its container: the exec fails with its words, and the helper
+    /// is reaped and forgotten, not kept for the next exec. (Called by the shim's one test
+    /// that owns a reaper: two reapers in one process would take each other's exits.)
+    pub(crate) async fn a_helper_that_cannot_start_is_reaped_and_its_words_returned(
+        reaper: &Arc<Reaper>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let helper = scripted_helper(dir.path(), r#"{"failed":{"message":"init 42 is gone"}}"#);
+        let residents = Residents::new(helper, reaper.clone());
+        let req = ExecRequest {
+            bundle: dir.path(),
+            init_pid: 42,
+            process: b"{}",
+        };
+        let err = residents
+            .exec("c1", req, ProcessIo::null())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().ends_with("exec: init 42 is gone"), "{err}");
+        assert_eq!(residents.pid("c1"), None, "a failed helper is not kept");
+        let slot = residents.slot("c1");
+        assert!(slot.lock().await.is_none());
+        // Reaped by the time the exec answered: no zombie left behind.
+        let pid = std::fs::read_to_string(dir.path().join("pid")).unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        assert!(!status.contains("State:\tZ"), "helper {pid} left a zombie");
     }
 }

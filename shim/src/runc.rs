@@ -329,6 +329,10 @@ not json
         state_tells_unknown_from_failed_by_the_list_of_containers(&reaper).await;
         create_passes_its_flags_and_reads_the_pid_file(&reaper).await;
         failures_carry_the_logged_message_and_the_exit_status(&reaper).await;
+        crate::residents::tests::a_helper_that_cannot_start_is_reaped_and_its_words_returned(
+            &reaper,
+        )
+        .await;
     }
 
     /// A stand-in for runc: a shell script that answers from files in its directory, so the
