@@ -115,7 +115,7 @@ fn hierarchy_mount(mountinfo: &str, controllers: &str) -> Option<String> {
     None
 }
 
-pub(super) fn pidfd_open(pid: i32) -> Result<OwnedFd, String> {
+fn pidfd_open(pid: i32) -> Result<OwnedFd, String> {
     // SAFETY: pidfd_open with integer arguments; the descriptor is owned from here on.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {

@@ -1,9 +1,9 @@
 //! A container's resident exec helper (`peapod-shim nsexec --resident`): it joins the
-//! container once (its cgroups, oom_score_adj and namespaces, as the one-shot helper does for
-//! each exec) and then forks every exec the shim sends it, so that an exec's process is born
-//! in the container's cgroups instead of being moved there. Moving a process into a cgroup is
-//! what a fresh helper spends most of its time on: on a cgroup v1 host the first move waits
-//! for an RCU grace period (about 5 of the 6 ms an exec took; `scripts/cgroup-move-cost`).
+//! container once (its cgroups, oom_score_adj and namespaces) and then forks every exec the
+//! shim sends it, so that an exec's process is born in the container's cgroups instead of
+//! being moved there. Moving a process into a cgroup is what a helper started per exec spent
+//! most of its time on: on a cgroup v1 host the first move waits for an RCU grace period
+//! (about 5 of the 6 ms an exec took; `scripts/cgroup-move-cost`).
 //!
 //! The helper stays outside the container's PID namespace (joining it applies to children
 //! only), so the container's processes never see it. Each process is cloned with
