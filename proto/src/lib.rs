@@ -10,6 +10,11 @@ pub mod runtime {
 
         include!(concat!(env!("OUT_DIR"), "/redacted.rs"));
 
+        pub use crate::list_answers::{
+            ListContainersResponse, ListPodSandboxResponse, StreamContainersResponse,
+            StreamPodSandboxesResponse,
+        };
+
         /// The fields api.proto marks `[debug_redact = true]` print as `[REDACTED]` when set
         /// (and as `""` when empty, so a log still shows whether one was given): a PullImage
         /// request or its auth must never put a password or token in a log line.
@@ -34,6 +39,8 @@ pub mod runtime {
         }
     }
 }
+
+pub mod list_answers;
 
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod peapod {

@@ -61,13 +61,10 @@ pub fn list(
     daemon: &Daemon,
     req: cri::ListContainersRequest,
 ) -> Result<cri::ListContainersResponse> {
-    let containers = daemon
-        .containers
-        .list(req.filter.as_ref())
-        .iter()
-        .map(|rec| crate::store::to_cri::container_list_item(rec))
-        .collect();
-    Ok(cri::ListContainersResponse { containers })
+    Ok(cri::ListContainersResponse {
+        containers: Vec::new(),
+        encoded: daemon.containers.list_items(req.filter.as_ref()),
+    })
 }
 
 /// StreamContainers: ListContainers' items, streamed (`list_stream`).
@@ -75,11 +72,13 @@ pub fn stream(
     daemon: &Daemon,
     req: cri::StreamContainersRequest,
 ) -> Result<ListStream<cri::StreamContainersResponse>> {
-    let items = list(daemon, cri::ListContainersRequest { filter: req.filter })?.containers;
-    Ok(list_stream::stream(
-        items,
+    Ok(list_stream::stream_encoded(
+        daemon.containers.list_items(req.filter.as_ref()),
         daemon.config.stream_batch_items,
-        |containers| cri::StreamContainersResponse { containers },
+        |encoded| cri::StreamContainersResponse {
+            containers: Vec::new(),
+            encoded,
+        },
     ))
 }
 

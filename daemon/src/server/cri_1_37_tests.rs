@@ -79,6 +79,8 @@ async fn stream_pods_and_containers_are_their_list_in_batches() {
             .await
             .expect("ListPodSandbox")
             .into_inner()
+            .received()
+            .expect("decode")
             .items;
         let stream = h
             .cri
@@ -88,7 +90,11 @@ async fn stream_pods_and_containers_are_their_list_in_batches() {
             .await
             .expect("StreamPodSandboxes")
             .into_inner();
-        let msgs = messages(stream).await;
+        let msgs: Vec<_> = messages(stream)
+            .await
+            .iter()
+            .map(|m| m.received().expect("decode"))
+            .collect();
         assert!(msgs
             .iter()
             .all(|m| !m.pod_sandboxes.is_empty() && m.pod_sandboxes.len() <= 200));
@@ -121,6 +127,8 @@ async fn stream_pods_and_containers_are_their_list_in_batches() {
             .await
             .expect("ListContainers")
             .into_inner()
+            .received()
+            .expect("decode")
             .containers;
         let stream = h
             .cri
@@ -130,7 +138,11 @@ async fn stream_pods_and_containers_are_their_list_in_batches() {
             .await
             .expect("StreamContainers")
             .into_inner();
-        let msgs = messages(stream).await;
+        let msgs: Vec<_> = messages(stream)
+            .await
+            .iter()
+            .map(|m| m.received().expect("decode"))
+            .collect();
         assert_eq!(msgs.len(), list.len().div_ceil(200), "{filter:?}");
         let streamed: Vec<cri::Container> = msgs.into_iter().flat_map(|m| m.containers).collect();
         assert_eq!(streamed, list, "{filter:?}");

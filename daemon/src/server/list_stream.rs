@@ -11,6 +11,7 @@
 //! default 4 MiB receive limit (tonic's and grpc-go's; the kubelet allows 16 MiB), which a
 //! long List answer can exceed — the reason the Stream calls exist.
 
+use prost::bytes::Bytes;
 use prost::Message;
 use std::pin::Pin;
 use tokio_stream::Stream;
@@ -25,13 +26,23 @@ pub type ListStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 /// `max_bytes` of their encoding as a repeated field; every run has at least one item and the
 /// runs keep the items' order.
 pub fn chunks<T: Message>(items: Vec<T>, max_items: usize, max_bytes: usize) -> Vec<Vec<T>> {
+    chunks_by(items, max_items, max_bytes, Message::encoded_len)
+}
+
+/// [`chunks`] of items whose encoded length is `len`'s.
+fn chunks_by<T>(
+    items: Vec<T>,
+    max_items: usize,
+    max_bytes: usize,
+    len: impl Fn(&T) -> usize,
+) -> Vec<Vec<T>> {
     let max_items = max_items.max(1);
     let mut out: Vec<Vec<T>> = Vec::new();
     let mut current: Vec<T> = Vec::new();
     let mut bytes = 0usize;
     for item in items {
         // As a field of the response: a tag byte, the length, the message.
-        let len = item.encoded_len();
+        let len = len(&item);
         let size = 1 + prost::encoding::encoded_len_varint(len as u64) + len;
         if !current.is_empty() && (current.len() >= max_items || bytes + size > max_bytes) {
             out.push(std::mem::take(&mut current));
@@ -52,10 +63,23 @@ where
     T: Message,
     R: Send + 'static,
 {
-    let messages: Vec<Result<R, Status>> = chunks(items, max_items, MAX_BYTES)
-        .into_iter()
-        .map(|run| Ok(wrap(run)))
-        .collect();
+    messages(chunks(items, max_items, MAX_BYTES), wrap)
+}
+
+/// [`stream`] of items already encoded (`peapod_proto::list_answers`).
+pub fn stream_encoded<R>(
+    items: Vec<Bytes>,
+    max_items: usize,
+    wrap: impl Fn(Vec<Bytes>) -> R,
+) -> ListStream<R>
+where
+    R: Send + 'static,
+{
+    messages(chunks_by(items, max_items, MAX_BYTES, Bytes::len), wrap)
+}
+
+fn messages<T, R: Send + 'static>(runs: Vec<Vec<T>>, wrap: impl Fn(Vec<T>) -> R) -> ListStream<R> {
+    let messages: Vec<Result<R, Status>> = runs.into_iter().map(|run| Ok(wrap(run))).collect();
     tracing::debug!(messages = messages.len(), "streaming the list");
     Box::pin(tokio_stream::iter(messages))
 }

@@ -167,6 +167,8 @@ async fn check_pods(h: &Harness, k: &Known, all: &Statuses) {
                     .await
                     .expect("ListPodSandbox")
                     .into_inner()
+                    .received()
+                    .expect("decode")
                     .items
                     .into_iter()
                     .map(|p| p.id)
@@ -180,7 +182,12 @@ async fn check_pods(h: &Harness, k: &Known, all: &Statuses) {
                     .await
                     .expect("StreamPodSandboxes")
                     .into_inner()
-                    .map(|m| m.expect("a message").pod_sandboxes)
+                    .map(|m| {
+                        m.expect("a message")
+                            .received()
+                            .expect("decode")
+                            .pod_sandboxes
+                    })
                     .collect::<Vec<_>>()
                     .await
                     .into_iter()
@@ -231,6 +238,8 @@ async fn check_containers(h: &Harness, k: &Known, all: &Statuses) {
                         .await
                         .expect("ListContainers")
                         .into_inner()
+                        .received()
+                        .expect("decode")
                         .containers
                         .into_iter()
                         .map(|c| c.id)
@@ -244,7 +253,7 @@ async fn check_containers(h: &Harness, k: &Known, all: &Statuses) {
                         .await
                         .expect("StreamContainers")
                         .into_inner()
-                        .map(|m| m.expect("a message").containers)
+                        .map(|m| m.expect("a message").received().expect("decode").containers)
                         .collect::<Vec<_>>()
                         .await
                         .into_iter()

@@ -69,13 +69,10 @@ pub fn list(
     daemon: &Daemon,
     req: cri::ListPodSandboxRequest,
 ) -> Result<cri::ListPodSandboxResponse> {
-    let items = daemon
-        .sandboxes
-        .list(req.filter.as_ref())
-        .iter()
-        .map(|rec| crate::store::to_cri::sandbox_list_item(rec))
-        .collect();
-    Ok(cri::ListPodSandboxResponse { items })
+    Ok(cri::ListPodSandboxResponse {
+        items: Vec::new(),
+        encoded: daemon.sandboxes.list_items(req.filter.as_ref()),
+    })
 }
 
 /// StreamPodSandboxes: ListPodSandbox's items, streamed (`list_stream`).
@@ -83,11 +80,13 @@ pub fn stream(
     daemon: &Daemon,
     req: cri::StreamPodSandboxesRequest,
 ) -> Result<ListStream<cri::StreamPodSandboxesResponse>> {
-    let items = list(daemon, cri::ListPodSandboxRequest { filter: req.filter })?.items;
-    Ok(list_stream::stream(
-        items,
+    Ok(list_stream::stream_encoded(
+        daemon.sandboxes.list_items(req.filter.as_ref()),
         daemon.config.stream_batch_items,
-        |pod_sandboxes| cri::StreamPodSandboxesResponse { pod_sandboxes },
+        |encoded| cri::StreamPodSandboxesResponse {
+            pod_sandboxes: Vec::new(),
+            encoded,
+        },
     ))
 }
 

@@ -4,17 +4,20 @@
 //! objects come and go so that a list call walks only what it returns.
 //!
 //! An entry holds its record as an `Arc`, swapped whole by every update: readers take a
-//! [`Entry::snapshot`] (a reference count, no copy of the record) and the list and status
-//! calls build their answers from it.
+//! [`Entry::snapshot`] (a reference count, no copy of the record) and the status calls build
+//! their answers from it. The list calls answer with [`Entry::list_item`]: the record's list
+//! message, encoded at the first list after each update and shared until the next, since the
+//! kubelet lists every object every second and most of them have not changed since.
 
 use super::names::NameIndex;
 use crate::error::{Error, Result};
 use crate::ids::{IdIndex, Lookup};
+use prost::bytes::Bytes;
 use serde::{de::DeserializeOwned, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// What a persisted record must tell the table.
 pub trait Record: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
@@ -68,6 +71,23 @@ pub(crate) use usual_record_fields;
 /// Where an entry sits in the list order: newest first, then by id.
 type OrderKey = (Reverse<i64>, String);
 
+/// An entry's record as it is now, and its list item once a list call has encoded it.
+struct Current<R> {
+    record: Arc<R>,
+    /// Made from `record` alone, so it is right for as long as `record` is: an update replaces
+    /// both.
+    list_item: OnceLock<Bytes>,
+}
+
+impl<R> Current<R> {
+    fn new(record: R) -> Current<R> {
+        Current {
+            record: Arc::new(record),
+            list_item: OnceLock::new(),
+        }
+    }
+}
+
 /// One object while the daemon runs.
 pub struct Entry<R: Record> {
     pub id: String,
@@ -77,9 +97,9 @@ pub struct Entry<R: Record> {
     parent: Option<String>,
     /// Where the record is persisted.
     file: PathBuf,
-    /// Replaced whole (a new `Arc`) by every update, never changed in place: a snapshot a
-    /// reader holds stays what it was.
-    record: RwLock<Arc<R>>,
+    /// Replaced whole (a new `Arc`, and no list item yet) by every update, never changed in
+    /// place: a snapshot a reader holds stays what it was.
+    record: RwLock<Current<R>>,
     /// Serializes writers of the record (held across the file write); readers only ever
     /// take `record`, which is never held across disk I/O.
     persist: std::sync::Mutex<()>,
@@ -99,7 +119,7 @@ impl<R: Record> Entry<R> {
             created_at_ns: record.created_at_ns(),
             parent: record.parent_id().map(str::to_string),
             file: R::path(root, record.id()),
-            record: RwLock::new(Arc::new(record)),
+            record: RwLock::new(Current::new(record)),
             persist: std::sync::Mutex::new(()),
             op: tokio::sync::Mutex::new(()),
             members: tokio::sync::RwLock::new(()),
@@ -114,10 +134,29 @@ impl<R: Record> Entry<R> {
     /// The record as it is now, shared: no copy is made. Later updates replace the entry's
     /// record and leave this one as it was.
     pub fn snapshot(&self) -> Arc<R> {
-        self.record
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.current().record.clone()
+    }
+
+    /// The record's list item when `keep` holds for the record as it is now: `encode`'s bytes,
+    /// made at the first call after each update and then shared (a reference count) by every
+    /// call until the next update. `encode` must depend on the record alone.
+    pub fn list_item(
+        &self,
+        keep: impl FnOnce(&R) -> bool,
+        encode: impl FnOnce(&R) -> Vec<u8>,
+    ) -> Option<Bytes> {
+        let current = self.current();
+        if !keep(&current.record) {
+            return None;
+        }
+        let item = current
+            .list_item
+            .get_or_init(|| Bytes::from(encode(&current.record)));
+        Some(item.clone())
+    }
+
+    fn current(&self) -> RwLockReadGuard<'_, Current<R>> {
+        self.record.read().unwrap_or_else(|p| p.into_inner())
     }
 
     fn order_key(&self) -> OrderKey {
@@ -154,7 +193,7 @@ impl<R: Record> Entry<R> {
         }
         f(&mut next);
         let written = crate::blocking::off_runtime(|| super::write_record(&self.file, &next));
-        *self.record.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
+        *self.record.write().unwrap_or_else(|p| p.into_inner()) = Current::new(next);
         (true, written.err())
     }
 
@@ -172,7 +211,7 @@ impl<R: Record> Entry<R> {
     /// off the async workers: other tasks of this worker move to another thread first.
     fn persist_and_swap(&self, next: R) -> Result<()> {
         crate::blocking::off_runtime(|| super::write_record(&self.file, &next))?;
-        *self.record.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
+        *self.record.write().unwrap_or_else(|p| p.into_inner()) = Current::new(next);
         Ok(())
     }
 
@@ -608,6 +647,46 @@ mod tests {
         assert!(e.update_if(|t| t.n == 0, |t| t.n = 1).unwrap());
         assert!(!e.update_if(|t| t.n == 0, |t| t.n = 2).unwrap());
         assert_eq!(e.get().n, 1);
+    }
+
+    #[test]
+    fn a_list_item_is_encoded_once_per_update_and_only_when_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = records(dir.path());
+        let e = r.entry(thing("abc", "one"));
+        e.create_file().unwrap();
+        let encodings = std::cell::Cell::new(0);
+        let item = |keep: bool| {
+            e.list_item(
+                |_| keep,
+                |t| {
+                    encodings.set(encodings.get() + 1);
+                    format!("{}={}", t.name, t.n).into_bytes()
+                },
+            )
+        };
+        assert_eq!(item(false), None);
+        assert_eq!(encodings.get(), 0, "nothing encoded for a record not kept");
+        assert_eq!(item(true).as_deref(), Some(&b"one=0"[..]));
+        assert_eq!(item(true).as_deref(), Some(&b"one=0"[..]));
+        assert_eq!(
+            encodings.get(),
+            1,
+            "the second list shares the first's bytes"
+        );
+        e.update(|t| t.n = 7).unwrap();
+        assert_eq!(item(true).as_deref(), Some(&b"one=7"[..]));
+        assert_eq!(encodings.get(), 2, "an update makes the item again");
+        // A write that fails changes neither the record nor its item.
+        std::fs::remove_dir_all(dir.path().join("things").join("abc")).unwrap();
+        std::fs::write(dir.path().join("things").join("abc"), "").unwrap();
+        assert!(e.update(|t| t.n = 8).is_err());
+        assert_eq!(item(true).as_deref(), Some(&b"one=7"[..]));
+        assert_eq!(encodings.get(), 2);
+        // An exit recorded in memory first (its write failing) is listed at once.
+        let (applied, error) = e.update_if_in_memory_first(|_| true, |t| t.n = 9);
+        assert!(applied && error.is_some());
+        assert_eq!(item(true).as_deref(), Some(&b"one=9"[..]));
     }
 
     #[test]

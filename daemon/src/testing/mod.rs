@@ -298,13 +298,21 @@ impl Harness {
     pub async fn pods(&self) -> Vec<cri::PodSandbox> {
         let req = cri::ListPodSandboxRequest { filter: None };
         let resp = self.cri.list_pod_sandbox(Request::new(req)).await;
-        resp.expect("ListPodSandbox").into_inner().items
+        resp.expect("ListPodSandbox")
+            .into_inner()
+            .received()
+            .expect("decode")
+            .items
     }
 
     pub async fn containers(&self) -> Vec<cri::Container> {
         let req = cri::ListContainersRequest { filter: None };
         let resp = self.cri.list_containers(Request::new(req)).await;
-        resp.expect("ListContainers").into_inner().containers
+        resp.expect("ListContainers")
+            .into_inner()
+            .received()
+            .expect("decode")
+            .containers
     }
 
     /// The ids of a pod's containers its shim holds (the pause under the pod's own id).

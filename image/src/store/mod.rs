@@ -42,6 +42,8 @@ mod types;
 
 pub(crate) use layers::LayerSource;
 pub use query::progress_path;
+// testsupport builds images the way the store records them.
+#[cfg(feature = "testsupport")]
 pub(crate) use types::runtime_config;
 pub use types::{FsInfo, FsUsage, Image, ImageConfig, Rootfs, RootfsRequest};
 
