@@ -5,6 +5,10 @@
 //! on a host without libseccomp, an unreadable spec. The choice is made before anything
 //! starts, from the same files the helper reads. The helper that does it is the container's
 //! resident one ([`crate::residents`]), started at its first exec and kept.
+//!
+//! What decides it in the container's config.json is read at the container's first exec and
+//! kept until it is deleted: an exec probe comes every few seconds, and the spec (with its
+//! seccomp profile, the largest part) does not change while the container lives.
 
 use crate::nsexec::spec::{self, Config, Lsm, Process};
 use crate::reaper::Reaper;
@@ -12,8 +16,9 @@ use crate::residents::{ExecRequest, Residents};
 use crate::runc::Runc;
 use crate::runtime_cli::{CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus};
 use async_trait::async_trait;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// How execs are started (the shim's `--exec`, the daemon's `runtime.exec`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +43,7 @@ pub struct NativeExec {
     runc: Arc<Runc>,
     residents: Residents,
     lsm: Lsm,
-    libseccomp: bool,
+    spec_verdicts: SpecVerdicts,
 }
 
 impl NativeExec {
@@ -48,12 +53,17 @@ impl NativeExec {
             runc,
             residents: Residents::new(helper, reaper),
             lsm: Lsm::of_host(),
-            libseccomp: crate::nsexec::seccomp::available(),
+            spec_verdicts: SpecVerdicts::new(crate::nsexec::seccomp::available()),
         }
     }
 
     /// Why this exec (its Process as `process_json`) goes to the runtime, if it does.
-    fn leave_to_runtime(&self, c: &ExecCommand<'_>, process_json: &[u8]) -> Option<String> {
+    fn leave_to_runtime(
+        &self,
+        id: &str,
+        c: &ExecCommand<'_>,
+        process_json: &[u8],
+    ) -> Option<String> {
         if c.init_pid == 0 {
             return Some("the container's init pid is unknown".into());
         }
@@ -64,20 +74,61 @@ impl NativeExec {
             Ok(p) => p,
             Err(e) => return Some(format!("parse {}: {e}", c.process_json.display())),
         };
-        let config: Config = match spec::read(&c.bundle.join("config.json")) {
-            Ok(c) => c,
-            Err(e) => return Some(e),
-        };
-        if let Some(why) = spec::unsupported(&process, &config, &self.lsm) {
+        if let Some(why) = spec::unsupported_process(&process, &self.lsm) {
             return Some(why.to_string());
         }
-        if config.linux.seccomp.is_some() && !self.libseccomp {
-            return Some("a seccomp profile and no libseccomp.so.2 on this host".into());
+        if let Some(why) = self.spec_verdicts.get(id, c.bundle) {
+            return Some(why);
         }
         if process.capabilities.is_none() {
             return Some("a process without capabilities".into());
         }
         None
+    }
+}
+
+/// Per container: why its spec leaves every exec to the runtime (None: it does not).
+struct SpecVerdicts {
+    libseccomp: bool,
+    by_container: Mutex<HashMap<String, Option<String>>>,
+}
+
+impl SpecVerdicts {
+    fn new(libseccomp: bool) -> SpecVerdicts {
+        SpecVerdicts {
+            libseccomp,
+            by_container: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Why container `id`'s spec leaves its execs to the runtime, if it does: read from its
+    /// bundle's config.json at the first exec, then kept (a spec that cannot be read is read
+    /// again at the next exec).
+    fn get(&self, id: &str, bundle: &Path) -> Option<String> {
+        if let Some(verdict) = self.map().get(id) {
+            return verdict.clone();
+        }
+        let config: Config = match spec::read(&bundle.join("config.json")) {
+            Ok(c) => c,
+            Err(e) => return Some(e),
+        };
+        let verdict = spec::unsupported_config(&config)
+            .map(str::to_string)
+            .or_else(|| {
+                (config.linux.seccomp.is_some() && !self.libseccomp)
+                    .then(|| "a seccomp profile and no libseccomp.so.2 on this host".to_string())
+            });
+        self.map().insert(id.to_string(), verdict.clone());
+        verdict
+    }
+
+    /// Forgets container `id` (deleted: one made again under its id has a new spec).
+    fn forget(&self, id: &str) {
+        self.map().remove(id);
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<String>>> {
+        self.by_container.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -98,11 +149,12 @@ impl RuntimeCli for NativeExec {
     async fn delete(&self, id: &str, force: bool) -> Result<(), RuntimeCliError> {
         // The helper first: a cgroup with a process in it cannot be removed.
         self.residents.remove(id).await;
+        self.spec_verdicts.forget(id);
         self.runc.delete(id, force).await
     }
     async fn exec(&self, id: &str, cmd: ExecCommand<'_>) -> Result<u32, RuntimeCliError> {
         let process_json = std::fs::read(cmd.process_json).unwrap_or_default();
-        match self.leave_to_runtime(&cmd, &process_json) {
+        match self.leave_to_runtime(id, &cmd, &process_json) {
             None => {
                 let req = ExecRequest {
                     bundle: cmd.bundle,
@@ -133,5 +185,58 @@ impl RuntimeCli for NativeExec {
             pids.retain(|p| *p != helper);
         }
         Ok(pids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle_with(config: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("config.json"), config).expect("write config.json");
+        dir
+    }
+
+    #[test]
+    fn a_spec_is_read_at_the_first_exec_and_kept_until_the_container_goes() {
+        let verdicts = SpecVerdicts::new(true);
+        let plain = bundle_with(r#"{"linux":{"seccomp":{"defaultAction":"SCMP_ACT_ERRNO"}}}"#);
+        assert_eq!(verdicts.get("a", plain.path()), None);
+        // Read once: a later change to the file (none happens while a container lives) is
+        // not read again, so this proves the spec is not parsed at every exec.
+        std::fs::write(
+            plain.path().join("config.json"),
+            r#"{"linux":{"personality":{}}}"#,
+        )
+        .expect("rewrite");
+        assert_eq!(verdicts.get("a", plain.path()), None);
+        // Deleted and made again under the same id: its new spec counts.
+        verdicts.forget("a");
+        assert!(verdicts
+            .get("a", plain.path())
+            .is_some_and(|why| why.contains("personality")));
+    }
+
+    #[test]
+    fn an_unreadable_spec_is_not_kept() {
+        let verdicts = SpecVerdicts::new(true);
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(verdicts
+            .get("b", dir.path())
+            .is_some_and(|why| why.contains("config.json")));
+        std::fs::write(dir.path().join("config.json"), "{}").expect("write");
+        assert_eq!(verdicts.get("b", dir.path()), None);
+    }
+
+    #[test]
+    fn a_seccomp_profile_without_libseccomp_goes_to_the_runtime() {
+        let verdicts = SpecVerdicts::new(false);
+        let seccomp = bundle_with(r#"{"linux":{"seccomp":{"defaultAction":"SCMP_ACT_ERRNO"}}}"#);
+        assert!(verdicts
+            .get("c", seccomp.path())
+            .is_some_and(|why| why.contains("libseccomp")));
+        let none = bundle_with("{}");
+        assert_eq!(verdicts.get("d", none.path()), None);
     }
 }

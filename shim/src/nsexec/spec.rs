@@ -131,6 +131,11 @@ pub fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, String> {
 
 /// Why this exec is left to the OCI runtime, if it is: what the native path does not do.
 pub fn unsupported(process: &Process, config: &Config, lsm: &Lsm) -> Option<&'static str> {
+    unsupported_process(process, lsm).or_else(|| unsupported_config(config))
+}
+
+/// What [`unsupported`] finds in the exec's own process.
+pub fn unsupported_process(process: &Process, lsm: &Lsm) -> Option<&'static str> {
     if process.terminal {
         return Some("a terminal (the runtime allocates the pty inside the container)");
     }
@@ -149,6 +154,11 @@ pub fn unsupported(process: &Process, config: &Config, lsm: &Lsm) -> Option<&'st
     if process.exec_cpu_affinity.is_some() {
         return Some("an exec CPU affinity");
     }
+    None
+}
+
+/// What [`unsupported`] finds in the container's spec: the same for every exec in it.
+pub fn unsupported_config(config: &Config) -> Option<&'static str> {
     if config.linux.personality.is_some() {
         return Some("a personality");
     }
