@@ -164,6 +164,7 @@ fn runc_accepts_the_generated_spec() {
                 target_pid: None,
                 host: &host,
                 paths: &RealHost,
+                cdi: &CdiRegistry::empty(),
             })
             .unwrap();
             // No pod here: new network, IPC, UTS and PID namespaces instead of the pause's.
