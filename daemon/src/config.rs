@@ -105,6 +105,16 @@ socket_path = "/var/run/nri/nri.sock"
 plugin_registration_timeout_ms = 5000
 plugin_request_timeout_ms = 2000
 
+# CDI (Container Device Interface): devices a container asks for by name, such as
+# "vendor.com/gpu=0" (CreateContainer's cdi_devices, which the kubelet fills from device
+# plugins and DRA drivers, and cdi.k8s.io/* annotations), as the vendors' CDI spec files
+# (*.json, *.yaml) in spec_dirs describe them. The directories are read at each create that asks
+# for a device; a device defined in two of them is the later one's. Disabled, a container that
+# asks for a CDI device is refused.
+[cdi]
+enabled = true
+spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+
 # The pod supervisor behind `peapod apply`: the kubelet's part, run inside the daemon.
 [pods]
 # This node's name (spec.nodeName, kubernetes.io/hostname); empty: the machine's hostname.
@@ -142,6 +152,7 @@ pub struct Config {
     pub streaming: StreamingConfig,
     pub metrics: MetricsConfig,
     pub nri: NriConfig,
+    pub cdi: CdiConfig,
     pub pods: PodsConfig,
 }
 
@@ -291,6 +302,26 @@ impl Default for NriConfig {
     }
 }
 
+/// `[cdi]`: CDI devices and where their spec files are (see DEFAULT_TOML).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CdiConfig {
+    pub enabled: bool,
+    /// In rising priority: for a device defined in two, the later directory's wins.
+    pub spec_dirs: Vec<PathBuf>,
+}
+
+impl Default for CdiConfig {
+    /// containerd 2.x's defaults (`enable_cdi`, `cdi_spec_dirs`): on, static specs in
+    /// /etc/cdi, generated ones (device plugins write theirs there) in /var/run/cdi.
+    fn default() -> Self {
+        CdiConfig {
+            enabled: true,
+            spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -308,6 +339,7 @@ impl Default for Config {
             streaming: StreamingConfig::default(),
             metrics: MetricsConfig::default(),
             nri: NriConfig::default(),
+            cdi: CdiConfig::default(),
             pods: PodsConfig::default(),
         }
     }
@@ -544,6 +576,12 @@ impl Config {
                 "registry.idle_timeout_seconds must be at least 1".into(),
             ));
         }
+        if let Some(dir) = self.cdi.spec_dirs.iter().find(|d| !d.is_absolute()) {
+            return Err(ConfigError::Invalid(format!(
+                "cdi.spec_dirs: {} is not an absolute path",
+                dir.display()
+            )));
+        }
         if !self.cgroup.default_parent.starts_with('/') {
             return Err(ConfigError::Invalid(
                 "cgroup.default_parent must be an absolute cgroup path".into(),
@@ -635,6 +673,30 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("pods.allocatable_cpu"));
+    }
+
+    #[test]
+    fn cdi_table() {
+        let c = Config::default();
+        assert!(c.cdi.enabled);
+        assert_eq!(
+            c.cdi.spec_dirs,
+            [Path::new("/etc/cdi"), Path::new("/var/run/cdi")]
+        );
+        let c = Config::parse("[cdi]\nenabled = false\nspec_dirs = [\"/opt/cdi\"]\n").unwrap();
+        assert!(!c.cdi.enabled);
+        assert_eq!(c.cdi.spec_dirs, [Path::new("/opt/cdi")]);
+        c.validate().unwrap();
+        let err = Config::parse("[cdi]\nspec_dirs = [\"cdi\"]\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cdi.spec_dirs: cdi is not an absolute path"),
+            "{err}"
+        );
+        assert!(Config::parse("[cdi]\nenable_cdi = true\n").is_err());
     }
 
     #[test]

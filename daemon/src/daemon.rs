@@ -196,6 +196,7 @@ impl Daemon {
             runtime_rro: effects.runtime_rro,
             nri: effects.nri.clone(),
             handlers: handlers.clone(),
+            cdi: crate::cdi::CdiDirs::new(&config.cdi),
         }));
         let sandboxes = Arc::new(SandboxService::new(SandboxDeps {
             sandboxes: sandbox_records,

@@ -21,7 +21,8 @@
 //!    namespace's ownership and idmapped binds), `nri/` (`Nri`: the NRI plugins), `images`
 //!    (`Images`: the image store as the lifecycle uses it), `stats::ProcessStats`; and what
 //!    they keep: `store/` (persisted records of sandboxes and containers, their tables, name
-//!    reservation, their CRI messages), `events` (the GetContainerEvents publisher);
+//!    reservation, their CRI messages), `events` (the GetContainerEvents publisher), `cdi`
+//!    (the CDI spec files of `[cdi] spec_dirs`, read for a create that asks for devices);
 //! 7. shared below all: `error` (the one error type: a gRPC code, a message, the cause),
 //!    `config` (the TOML configuration), `runtime_handlers` (the runtime handlers pods
 //!    choose by name, each an OCI runtime and its root), `paths`, `ids`, `cgroups` (a `cgroupsPath` per
@@ -44,7 +45,7 @@
 //! | RemovePodSandbox | `sandbox.rs` | `pods/remove.rs`: `container/remove.rs`, then `sandbox/remove.rs` |
 //! | PodSandboxStatus, ListPodSandbox | `sandbox.rs` | `sandbox/status.rs`, `sandbox/list.rs` |
 //! | UpdatePodSandboxResources | `sandbox.rs` | `sandbox/update_resources.rs` |
-//! | CreateContainer | `container.rs` | `container/create.rs` (+ `image_volumes.rs`, `idmapped_mounts.rs`) |
+//! | CreateContainer | `container.rs` | `container/create.rs` (+ `image_volumes.rs`, `idmapped_mounts.rs`; `cdi.rs`) |
 //! | StartContainer, StopContainer, RemoveContainer | `container.rs` | `container/start.rs`, `stop.rs`, `remove.rs` |
 //! | ContainerStatus, ListContainers | `container.rs` | `container/status.rs`, `container/list.rs` |
 //! | UpdateContainerResources, ReopenContainerLog | `container.rs` | `container/update_resources.rs`, `reopen_log.rs` |
@@ -61,6 +62,7 @@
 //! `pods/watch.rs`; recovery's invariants are stated in `pods/recovery.rs`.
 
 pub mod blocking;
+pub mod cdi;
 pub mod cgroups;
 pub mod config;
 pub mod container;

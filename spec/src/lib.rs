@@ -11,10 +11,12 @@
 //! let req   = user_to_resolve(&config, &image)?;            // what to look up
 //! let user  = resolve_user(&req, passwd_text, group_text)?;  // from <rootfs>/etc/{passwd,group}
 //! let host  = HostFacts::detect(runtime_supports_rro(&features)); // once: `runc features`
+//! let cdi   = if cdi::requested_devices(&config)?.is_empty() { CdiRegistry::empty() }
+//!             else { CdiRegistry::new(specs_read_from_the_cdi_dirs, unreadable_files) };
 //! let spec  = container_spec(&ContainerInputs {
 //!     id, config: &config, image: &image, user: &user, rootfs, cgroups_path,
 //!     sandbox: SandboxRef { id: sandbox_id, config: &sandbox_config, pause_pid, netns, dir, shm },
-//!     target_pid, host: &host, paths: &RealHost,
+//!     target_pid, host: &host, paths: &RealHost, cdi: &cdi,
 //! })?;
 //! std::fs::write(bundle.join("config.json"), spec_json(&spec)?)?;
 //! ```
@@ -23,7 +25,8 @@
 //!   Host facts come in [`HostFacts`]; per-container look-ups go through [`HostPaths`]:
 //!   bind-mount sources are created when missing and resolved through symlinks there
 //!   ([`RealHost`] does it as containerd does), device nodes are stat'ed there, and the
-//!   propagation of host mounts is checked there.
+//!   propagation of host mounts is checked there. CDI spec files come parsed, in a
+//!   [`CdiRegistry`] (the daemon reads the directories).
 //! * Errors are [`SpecError::InvalidArgument`] naming the CRI field (gRPC InvalidArgument)
 //!   or [`SpecError::Internal`].
 //! * [`process_args`], [`linux_resources`] (UpdateContainerResources), [`exec_process`]
@@ -51,6 +54,10 @@
 //!   with their `mount_options` (only [`MOUNT_OPTIONS`]: noexec, nosuid, nodev).
 //! * **devices**, **resources**, **cgroupsPath** (as given), masked/read-only paths, seccomp,
 //!   `root.readonly`, `io.kubernetes.cri.*` annotations plus the config's.
+//! * **CDI devices** (`cdi_devices`, then `cdi.k8s.io/*` annotations): resolved in
+//!   [`ContainerInputs::cdi`], their `containerEdits` applied last ([`cdi`]): env, device
+//!   nodes (numbers from the host's node where the CDI spec leaves them out) with an allow
+//!   rule in the device cgroup, mounts, OCI hooks, additional gids.
 //! * No hostname (containers share the pause's UTS namespace) and no sysctls: the pod's
 //!   sysctls are namespaced ones applied to the pause container, whose namespaces the
 //!   containers join (containerd and CRI-O do the same; the CRI has no container sysctls).
@@ -69,12 +76,14 @@
 //! ## Not supported (refused with InvalidArgument)
 //!
 //! Image volume mounts (`Mount.image`), id-mapped CRI mounts (`Mount.uidMappings`), user
-//! namespaces of mode CONTAINER or TARGET, CDI devices, recursive read-only mounts where the
-//! host lacks them. (The root filesystem of a pod with its own user namespace is idmapped by
+//! namespaces of mode CONTAINER or TARGET, recursive read-only mounts where the host lacks
+//! them, and of CDI: `intelRdt` and `netDevices` edits, and mounts into a pod with its own
+//! user namespace. (The root filesystem of a pod with its own user namespace is idmapped by
 //! the daemon before the runtime sees it: runc 1.1 cannot.) Image `VOLUME`s are not turned into
 //! anonymous volumes (the rootfs holds their content, writable unless `readonly_rootfs`).
 
 mod caps;
+pub mod cdi;
 mod devices;
 mod error;
 mod host;
@@ -94,6 +103,7 @@ mod tests;
 pub use caps::{
     canonical_capability, capabilities_from_mask, ALL_CAPABILITIES, DEFAULT_CAPABILITIES,
 };
+pub use cdi::CdiRegistry;
 pub use error::{Result, SpecError};
 pub use host::{
     host_devices, runtime_supports_rro, HostDevice, HostFacts, HostPaths, HostPropagation,
@@ -176,6 +186,10 @@ pub struct ContainerInputs<'a> {
     pub host: &'a HostFacts,
     /// Host look-ups for bind mounts and devices (the daemon passes [`RealHost`]).
     pub paths: &'a (dyn HostPaths + Sync),
+    /// The CDI devices there are, to resolve the config's (`cdi_devices`, `cdi.k8s.io/*`
+    /// annotations) in: the daemon reads its CDI spec directories into it when the config asks
+    /// for any ([`cdi::requested_devices`]), else passes [`CdiRegistry::empty`].
+    pub cdi: &'a CdiRegistry,
 }
 
 /// The kernel filesystems every container gets (/proc, /dev, /dev/pts, /dev/mqueue, /sys and

@@ -199,11 +199,6 @@ pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
              (sandbox_config.linux.security_context.privileged), so no container in it may be",
         ));
     }
-    if !config.cdi_devices.is_empty() {
-        return Err(SpecError::invalid(
-            "config.cdi_devices: CDI devices are not supported",
-        ));
-    }
     let container_ns = sc.namespace_options.clone().unwrap_or_default();
     let sandbox_ns = sandbox_sc.namespace_options.clone().unwrap_or_default();
     let userns = container_user_namespace(&container_ns, &sandbox_ns)?;
@@ -342,14 +337,18 @@ pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
         };
     }
 
-    Ok(json!({
+    let mut spec = json!({
         "ociVersion": OCI_VERSION,
         "root": {"path": inputs.rootfs, "readonly": sc.readonly_rootfs},
         "process": process,
         "mounts": plan.mounts,
         "annotations": annotations_json(inputs),
         "linux": linux,
-    }))
+    });
+    // Last, over the finished spec: a device's edits may replace a mount, a device node or an
+    // env variable made above (as containerd applies CDI after its other spec options).
+    crate::cdi::apply(&mut spec, config, inputs.cdi, inputs.paths)?;
+    Ok(spec)
 }
 
 /// Sorts the capability sets of a spec's JSON (oci-spec keeps them in hash sets).

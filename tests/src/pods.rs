@@ -97,6 +97,22 @@ impl TestDaemon {
         container_status_in(self, id).await
     }
 
+    /// ListContainers of one pod.
+    pub async fn containers_of(&mut self, pod: &Pod) -> Vec<cri::Container> {
+        self.cri
+            .runtime
+            .list_containers(cri::ListContainersRequest {
+                filter: Some(cri::ContainerFilter {
+                    pod_sandbox_id: pod.id.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("ListContainers of {}: {e}", pod.id))
+            .into_inner()
+            .containers
+    }
+
     /// The verbose `info` of ContainerStatus (pid, rootfs, runtime spec, ...).
     pub async fn container_info(&mut self, id: &str) -> serde_json::Value {
         let resp = self

@@ -67,19 +67,7 @@ async fn init_container_then_server_and_sidecar_share_a_volume_localhost_and_hos
     );
 
     // Listing by pod and by label.
-    let list = d
-        .cri
-        .runtime
-        .list_containers(cri::ListContainersRequest {
-            filter: Some(cri::ContainerFilter {
-                pod_sandbox_id: pod.id.clone(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .containers;
+    let list = d.containers_of(&pod).await;
     assert_eq!(list.len(), 3);
     let running = d
         .cri

@@ -364,6 +364,10 @@ impl ContainerService {
         let target_pid = self.target_pid(&config, srec)?;
         let cgroups_path = cgroups::cgroups_path(self.cgroup_driver, &srec.cgroup_parent, id);
         let host = host_facts(self.runtime_rro && self.runs_default_runtime(&srec.runtime_handler));
+        // The CDI devices it asks for are resolved in the spec files there are now (a device
+        // plugin may have written its file a moment ago); a bad one fails here, after the
+        // rootfs was made, so the failure path below removes it.
+        let cdi = self.cdi.registry_for(&spec_config)?;
         let mut spec = peapod_spec::container_spec(&peapod_spec::ContainerInputs {
             id,
             config: &spec_config,
@@ -382,6 +386,7 @@ impl ContainerService {
             target_pid,
             host: &host,
             paths: &peapod_spec::RealHost,
+            cdi: &cdi,
         })
         .map_err(Error::from)?;
         let new = NewContainer {

@@ -78,11 +78,7 @@ async fn create_failure_leaves_nothing(call: &str) -> Harness {
     assert!(h.containers().await.is_empty(), "no record");
     assert!(h.images.rootfs_owners().is_empty(), "no rootfs");
     assert_eq!(h.shim_tasks(&pod), set(&[&pod]), "no task");
-    let dirs: Vec<_> = h
-        .object_dirs()
-        .into_iter()
-        .filter(|d| d.parent().is_some_and(|p| p.ends_with("containers")))
-        .collect();
+    let dirs = h.container_dirs();
     assert!(dirs.is_empty(), "container directories left: {dirs:?}");
 
     h.faults.heal(call);

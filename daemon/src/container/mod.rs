@@ -6,6 +6,8 @@
 //! inputs (sandbox, image, user, rootfs, host facts), hands the bundle to the pod's shim and
 //! keeps the record.
 
+#[cfg(test)]
+mod cdi_tests;
 mod create;
 mod exit;
 #[cfg(test)]
@@ -65,6 +67,8 @@ pub struct ContainerService {
     /// The runtime handlers (recovery looks for their commands a dead daemon left running;
     /// recursive read-only mounts only with the default runtime, which was probed).
     handlers: Arc<crate::runtime_handlers::RuntimeHandlers>,
+    /// Where the CDI spec files are, read for a create that asks for CDI devices.
+    cdi: crate::cdi::CdiDirs,
 }
 
 /// What a [`ContainerService`] is made of.
@@ -80,6 +84,7 @@ pub struct ContainerDeps {
     pub runtime_rro: bool,
     pub nri: Arc<dyn crate::nri::Nri>,
     pub handlers: Arc<crate::runtime_handlers::RuntimeHandlers>,
+    pub cdi: crate::cdi::CdiDirs,
 }
 
 impl ContainerService {
@@ -97,6 +102,7 @@ impl ContainerService {
             nri: d.nri,
             processes: Default::default(),
             handlers: d.handlers,
+            cdi: d.cdi,
         }
     }
 

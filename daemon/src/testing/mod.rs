@@ -89,6 +89,8 @@ impl Harness {
             state: dir.join("state"),
             ..Config::default()
         };
+        // The host's CDI spec directories are not the tests' (`cdi_dir` is).
+        config.cdi.spec_dirs = vec![dir.join("cdi")];
         // Two runtime handlers besides the default: one with its runtime, one with another.
         for (name, path) in [("test-handler", "runc"), ("other-runtime", "crun")] {
             config.runtime.handlers.insert(
@@ -128,6 +130,11 @@ impl Harness {
         let rt = Self::daemon(self.dir.path(), self.rt.images.clone(), fakes).await;
         self.cri = CriService::new(rt.clone(), peapod_metrics::Metrics::new().expect("metrics"));
         self.rt = rt;
+    }
+
+    /// The one CDI spec directory of the daemon under test.
+    pub fn cdi_dir(&self) -> PathBuf {
+        self.dir.path().join("cdi")
     }
 
     pub fn pod_config(&self, name: &str) -> cri::PodSandboxConfig {
@@ -337,6 +344,14 @@ impl Harness {
             out.extend(entries(&dir).into_iter().map(|e| dir.join(e)));
         }
         out
+    }
+
+    /// The containers' directories (`<root>/containers/<id>`, `<state>/containers/<id>`).
+    pub fn container_dirs(&self) -> Vec<PathBuf> {
+        self.object_dirs()
+            .into_iter()
+            .filter(|d| d.parent().is_some_and(|p| p.ends_with("containers")))
+            .collect()
     }
 
     /// Nothing of any pod or container is left: no record, directory, shim, CNI attachment,

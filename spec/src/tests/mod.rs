@@ -15,6 +15,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+mod cdi;
 mod mounts;
 mod namespaces;
 mod process;
@@ -176,6 +177,7 @@ struct Fixture {
     user: ResolvedUser,
     host: HostFacts,
     paths: FakeHost,
+    cdi: CdiRegistry,
     netns: Option<PathBuf>,
     shm: Option<PathBuf>,
     target_pid: Option<u32>,
@@ -194,6 +196,7 @@ impl Fixture {
             },
             host: host_facts(),
             paths: FakeHost::default(),
+            cdi: CdiRegistry::empty(),
             netns: Some("/run/peapod/netns/sb1".into()),
             shm: Some("/run/peapod/sandboxes/sb1/shm".into()),
             target_pid: None,
@@ -251,6 +254,7 @@ impl Fixture {
             target_pid: self.target_pid,
             host: &self.host,
             paths: &self.paths,
+            cdi: &self.cdi,
         }
     }
 

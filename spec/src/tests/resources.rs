@@ -1,4 +1,4 @@
-//! Resources and devices: cgroup v1 and v2 limits, CRI devices, CDI refused.
+//! Resources and devices: cgroup v1 and v2 limits, CRI devices (CDI devices: `cdi.rs`).
 
 use super::*;
 
@@ -81,13 +81,4 @@ fn cri_devices() {
     f.config.devices[0].permissions = "r".into();
     f.config.devices[0].host_path = "/dev/missing".into();
     assert!(f.err().contains("config.devices[0].host_path"));
-}
-
-#[test]
-fn cdi_devices_are_refused() {
-    let mut f = Fixture::new();
-    f.config.cdi_devices = vec![peapod_proto::v1::CdiDevice {
-        name: "vendor.com/gpu=0".into(),
-    }];
-    assert!(f.err().contains("config.cdi_devices"));
 }

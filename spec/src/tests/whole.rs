@@ -127,6 +127,29 @@ fn runc_accepts_the_generated_spec() {
     let data = work.path().join("data");
 
     let host = HostFacts::detect(false);
+    // A CDI device with one edit of each kind, its hook leaving the container's state behind.
+    let hook_out = work.path().join("hook-state.json");
+    let cdi_spec = json!({
+        "cdiVersion": "0.7.0",
+        "kind": "peapod.test/dev",
+        "devices": [{"name": "all", "containerEdits": {
+            "env": ["CDI_X=1"],
+            "deviceNodes": [{"path": "/dev/cdi-null", "hostPath": "/dev/null"}],
+            "mounts": [{"hostPath": sandbox_dir, "containerPath": "/cdi", "options": ["rbind", "ro"]}],
+            "hooks": [{"hookName": "createRuntime", "path": "/bin/sh",
+                       "args": ["sh", "-c", format!("cat > {}", hook_out.display())]}],
+            "additionalGids": [4242],
+        }}],
+    });
+    let cdi = CdiRegistry::new(
+        vec![crate::cdi::CdiSpec::parse(
+            Path::new("/etc/cdi/peapod-test.json"),
+            0,
+            cdi_spec.to_string().as_bytes(),
+        )
+        .unwrap()],
+        Vec::new(),
+    );
     let run_as =
         |name: &str, config: ContainerConfig, user: ResolvedUser| -> std::process::Output {
             // A privileged container needs a privileged pod.
@@ -164,6 +187,7 @@ fn runc_accepts_the_generated_spec() {
                 target_pid: None,
                 host: &host,
                 paths: &RealHost,
+                cdi: &cdi,
             })
             .unwrap();
             // No pod here: new network, IPC, UTS and PID namespaces instead of the pause's.
@@ -311,6 +335,28 @@ fn runc_accepts_the_generated_spec() {
         String::from_utf8_lossy(&out.stdout),
         "1000\n1001\n1001 44 3000\n"
     );
+
+    // A CDI device: its env, a node made from the host's /dev/null, a read-only mount, a
+    // hook that ran in the runtime's namespace, a group.
+    let mut with_cdi = base();
+    with_cdi.cdi_devices = vec![peapod_proto::v1::CdiDevice {
+        name: "peapod.test/dev=all".into(),
+    }];
+    with_cdi.args = vec![
+        "sh".into(),
+        "-c".into(),
+        "echo $CDI_X; test -c /dev/cdi-null && echo x > /dev/cdi-null && echo node; \
+         test -s /cdi/hostname && ! touch /cdi/x 2>/dev/null && echo ro-mount; id -G"
+            .into(),
+    ];
+    let out = run("peapod-spec-cdi", with_cdi);
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1\nnode\nro-mount\n0 4242\n"
+    );
+    let state = std::fs::read_to_string(&hook_out).expect("the hook ran");
+    assert!(state.contains("\"peapod-spec-cdi\""), "{state}");
 
     // Privileged: every capability of the daemon's bounding set, the host's devices,
     // a writable /sys.
