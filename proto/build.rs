@@ -15,7 +15,7 @@ use std::path::PathBuf;
 /// api.proto that redacts a field elsewhere fails the build until that message gets one.
 const REDACTING_DEBUG: &[&str] = &["AuthConfig"];
 
-/// The messages `src/list_answers.rs` defines in place of the generated ones.
+/// The messages `src/runtime/v1/list_answers.rs` defines in place of the generated ones.
 const LIST_ANSWERS: &[&str] = &[
     "ListPodSandboxResponse",
     "ListContainersResponse",
@@ -107,12 +107,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "#[serde(with = \"crate::bytes_as_text\")]",
         )
         .skip_debug(REDACTING_DEBUG.iter().map(|m| format!(".runtime.v1.{m}")));
-    // The list answers are written by hand (`src/list_answers.rs`): the same wire form, and
+    // The list answers are written by hand (`src/runtime/v1/list_answers.rs`): the same wire form, and
     // a server may give their items already encoded.
     for answer in LIST_ANSWERS {
         builder = builder.extern_path(
             format!(".runtime.v1.{answer}"),
-            format!("crate::list_answers::{answer}"),
+            format!("crate::runtime::v1::list_answers::{answer}"),
         );
     }
     for (owner, field) in &redacted {

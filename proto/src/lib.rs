@@ -10,7 +10,9 @@ pub mod runtime {
 
         include!(concat!(env!("OUT_DIR"), "/redacted.rs"));
 
-        pub use crate::list_answers::{
+        // The list answers are written by hand; build.rs points prost at them.
+        pub mod list_answers;
+        pub use list_answers::{
             ListContainersResponse, ListPodSandboxResponse, StreamContainersResponse,
             StreamPodSandboxesResponse,
         };
@@ -39,8 +41,6 @@ pub mod runtime {
         }
     }
 }
-
-pub mod list_answers;
 
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod peapod {

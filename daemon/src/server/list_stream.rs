@@ -66,7 +66,7 @@ where
     messages(chunks(items, max_items, MAX_BYTES), wrap)
 }
 
-/// [`stream`] of items already encoded (`peapod_proto::list_answers`).
+/// [`stream`] of items already encoded (`peapod_proto::v1::list_answers`).
 pub fn stream_encoded<R>(
     items: Vec<Bytes>,
     max_items: usize,

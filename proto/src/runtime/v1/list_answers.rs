@@ -13,7 +13,7 @@
 //! `build.rs` points prost at these types (`extern_path`), so the generated services and
 //! clients use them in place of the ones it would generate.
 
-use crate::runtime::v1::{Container, PodSandbox};
+use super::{Container, PodSandbox};
 use prost::bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{bytes, message, skip_field, DecodeContext, WireType};
 use prost::DecodeError;
