@@ -38,13 +38,20 @@ What each image holds, and why that is enough for the specs:
       ENTRYPOINT ["/sampledeviceplugin", "-alsologtostderr"] as upstream, on the busybox layer
       (upstream's base is alpine). The [Serial] Device Plugin specs run it (its daemonset's
       manifest names registry.k8s.io/e2e-test-images/sample-device-plugin:1.8.0).
+  gcr.io/cadvisor/cadvisor:v0.47.2   tests/node-e2e/src/fake-cadvisor.c as /usr/bin/cadvisor
+      (ENTRYPOINT ["/usr/bin/cadvisor", "-logtostderr"], as upstream). The Density specs
+      (scripts/kubelet-startup-bench) run it as a host-network pod and read the kubelet's and
+      the runtime's cgroup usage from it: the two endpoints of cAdvisor's v2.1 API they read,
+      computed as cAdvisor computes them (the file says how). The name is a constant of the
+      suite (test/e2e_node/resource_collector.go), not one of KUBE_TEST_REPO_LIST's
+      registries: scripts/node-e2e mirrors gcr.io to the loopback registry too.
 Images named by a digest of upstream content (busybox@sha256:a9155b..., and whatever is pulled
 by digest) cannot be rebuilt; the suite's specs that need them are skipped by scripts/node-e2e.
 
 usage: images.py --out OUT --busybox BUSYBOX --nc NC --bin BIN --agnhost AGNHOST --k8s-src DIR
                  --sample-device-plugin PLUGIN
-  BIN holds pause, fake-nginx and nnp (tests/critest/src/*.c built static), nmeter and
-  libkeepenv.so (tests/node-e2e/src/*.c); DIR is the
+  BIN holds pause, fake-nginx and nnp (tests/critest/src/*.c built static), nmeter,
+  fake-cadvisor and libkeepenv.so (tests/node-e2e/src/*.c); DIR is the
   k8s.io/kubernetes module source (for the agnhost certificates and the kitten/nautilus files).
 Output, under OUT, as tests/critest/images.py: store/ (served by tests/critest/registry.py) and
 images.txt.
@@ -258,6 +265,12 @@ def main():
     dp.file("sampledeviceplugin", critest.read(a.sample_device_plugin), 0o755)
     s.image([E + "sample-device-plugin:1.8.0"], [bb, bbx, dp.finish()],
             {"Entrypoint": ["/sampledeviceplugin", "-alsologtostderr"]}, "sample-device-plugin")
+    ca = critest.Layer()
+    ca.dirs("usr", "usr/bin")
+    ca.file("usr/bin/cadvisor", critest.read(os.path.join(a.bin, "fake-cadvisor")), 0o755)
+    s.image(["gcr.io/cadvisor/cadvisor:v0.47.2"], [ca.finish()],
+            {"Entrypoint": ["/usr/bin/cadvisor", "-logtostderr"], "ExposedPorts": {"8080/tcp": {}}},
+            "cadvisor")
     s.write()
 
 

@@ -18,7 +18,11 @@
 #   RUNTIME_CMD        its command line (a bash array as a string, evaluated)
 #   RUNTIME_SOCKET     its CRI socket (waited for)
 #   RUNTIME_LOG        where its output goes
-#   RUNTIME_PIDFILE    where its pid is written (the suite's --container-runtime-pid-file)
+#   RUNTIME_PIDFILE    where its pid is written (the suite's --container-runtime-pid-file),
+#                      digits alone: the suite parses the whole file (strconv.Atoi), and on a
+#                      newline falls back to "pidof peapod" (or containerd), which finds any
+#                      daemon of that name on the machine (the resource collector of the
+#                      Density specs then measures another's cgroup)
 #   CRICTL             crictl, to remove every pod at the end (CNI DEL for each)
 #   SUITE_CWD, SUITE_LOG  the suite's working directory and log
 #   PEAPOD_SYSTEMD_STATE  (--serial) the state directory of the systemd stand-ins
@@ -138,7 +142,7 @@ if [ -n "$units" ]; then
 for point in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
     [ -e "${point}runtime/cgroup.procs" ] && echo $$ >"${point}runtime/cgroup.procs"
 done
-echo $$ >"$RUNTIME_PIDFILE"
+printf %s $$ >"$RUNTIME_PIDFILE"
 eval "runtime_cmd=($RUNTIME_CMD)"
 exec "${runtime_cmd[@]}"
 EOF
@@ -162,7 +166,7 @@ for _ in $(seq 300); do
     sleep 0.1
 done
 [ -S "$RUNTIME_SOCKET" ] || { say "$RUNTIME did not serve within 30 s"; exit 1; }
-[ -n "$units" ] || echo "$runtime_pid" >"$RUNTIME_PIDFILE"
+[ -n "$units" ] || printf %s "$runtime_pid" >"$RUNTIME_PIDFILE"
 
 # --- The suite ---------------------------------------------------------------------------------
 # In the background, so that a TERM is handled at once (bash runs traps only between
