@@ -4,7 +4,8 @@
 //! ```text
 //! peapod-bench [--endpoint unix:///run/peapod/peapod.sock] [--runs 20] [--cgroup-parent /peapod-bench]
 //!              [--daemon-match "containerd --config"] [--shim-match containerd-shim-runc-v2]
-//!              [--exec-runs 200] [--exec-image REF]
+//!              [--exec-runs 200] [--exec-image REF] [--lifecycle-runs 20] [--fleet 20]
+//!              [--parallel 8] [--pull-rounds 3]
 //! ```
 //!
 //! For each run: RunPodSandbox is timed (until the sandbox is ready, as the CRI requires),
@@ -12,11 +13,19 @@
 //! ListPodSandbox latency with N pods present, and the resident memory of the daemon and of
 //! the shims when they can be found by their command lines.
 //!
+//! Then the lifecycle figures (`lifecycle.rs`): `--lifecycle-runs` pods of one `sleep`
+//! container brought up one at a time (RunPodSandbox, CreateContainer, StartContainer, each
+//! timed) and then stopped and removed (timed), and a fleet of `--fleet` pods brought up
+//! `--parallel` at a time (wall time). 0 skips either.
+//!
 //! Then the exec-probe figure: one pod with one running container, and `--exec-runs` ExecSync
 //! calls of `true` in it, one after the other, as the kubelet's exec probes make them; it
 //! prints min, p50, p90 and max. The image is `--exec-image` if given (it must be pullable by
 //! the endpoint), else a busybox image the benchmark builds and serves from a registry of its
-//! own on loopback. `--exec-runs 0` skips it.
+//! own on loopback (the lifecycle figures use the same image). `--exec-runs 0` skips it.
+//!
+//! Last, the pull figure (`pull.rs`): a 4-layer image of about 124 MB, one layer of 20,000
+//! small files, pushed to that registry and pulled and removed `--pull-rounds` times.
 //!
 //! With `--scale 20,300,1000` it measures a node at those pod counts instead, for one or more
 //! `--target`s side by side (see `scale.rs`):
@@ -28,6 +37,8 @@
 //!              [--image REF]
 //! ```
 
+mod lifecycle;
+mod pull;
 mod scale;
 
 use e2e::fixtures::sandbox_config;
@@ -46,6 +57,13 @@ struct Args {
     /// ExecSync calls for the exec-probe figure (0: none).
     exec_runs: usize,
     exec_image: Option<String>,
+    /// Pods brought up one at a time (and stopped and removed) for the pod-up figure.
+    lifecycle_runs: usize,
+    /// Pods brought up `parallel` at a time for the fleet figure (0: none).
+    fleet: usize,
+    parallel: usize,
+    /// Pulls of the large image (0: none).
+    pull_rounds: usize,
 }
 
 /// `--scale` and its flags, if given.
@@ -99,6 +117,10 @@ fn parse_args() -> Args {
         shim_match: "peapod-shim serve".into(),
         exec_runs: 200,
         exec_image: None,
+        lifecycle_runs: 20,
+        fleet: 20,
+        parallel: 8,
+        pull_rounds: 3,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -112,8 +134,12 @@ fn parse_args() -> Args {
             "--shim-match" => a.shim_match = value(),
             "--exec-runs" => a.exec_runs = value().parse().expect("--exec-runs is a number"),
             "--exec-image" => a.exec_image = Some(value()),
+            "--lifecycle-runs" => a.lifecycle_runs = value().parse().expect("a number"),
+            "--fleet" => a.fleet = value().parse().expect("--fleet is a number"),
+            "--parallel" => a.parallel = value().parse().expect("--parallel is a number"),
+            "--pull-rounds" => a.pull_rounds = value().parse().expect("a number"),
             "-h" | "--help" => {
-                println!("peapod-bench [--endpoint unix://PATH] [--runs N] [--cgroup-parent PATH] [--runtime-handler NAME] [--daemon-match CMDLINE-SUBSTRING] [--shim-match CMDLINE-SUBSTRING] [--exec-runs N] [--exec-image REF]");
+                println!("peapod-bench [--endpoint unix://PATH] [--runs N] [--cgroup-parent PATH] [--runtime-handler NAME] [--daemon-match CMDLINE-SUBSTRING] [--shim-match CMDLINE-SUBSTRING] [--exec-runs N] [--exec-image REF] [--lifecycle-runs N] [--fleet N] [--parallel N] [--pull-rounds N]");
                 std::process::exit(0);
             }
             other => panic!("unknown flag {other}"),
@@ -239,9 +265,41 @@ async fn main() -> anyhow::Result<()> {
         );
         println!("ListPodSandbox with {n} pods: {}", ms(list_time));
     }
-    if args.exec_runs > 0 {
-        exec_probe(&mut c, &args, run_id).await?;
+    // Kept alive until the end: the registry serves the images while they are pulled.
+    let mut registry = None;
+    let needs_image = args.exec_runs > 0 || args.lifecycle_runs > 0 || args.fleet > 0;
+    let image_ref = match &args.exec_image {
+        Some(reference) if needs_image => Some(pull(&mut c, reference).await?),
+        _ if needs_image || args.pull_rounds > 0 => {
+            let images = e2e::pods::Images::start();
+            let reference = images.push("bench/busybox:1", &e2e::pods::busybox());
+            registry = Some(images);
+            Some(pull(&mut c, &reference).await?)
+        }
+        _ => None,
+    };
+    if let Some(image_ref) = &image_ref {
+        if args.lifecycle_runs > 0 || args.fleet > 0 {
+            let a = lifecycle::LifecycleArgs {
+                runs: args.lifecycle_runs,
+                fleet: args.fleet,
+                parallel: args.parallel,
+                cgroup_parent: &args.cgroup_parent,
+                handler: &args.handler,
+                image: image_ref,
+            };
+            lifecycle::run(&c, &a, run_id).await?;
+        }
+        if args.exec_runs > 0 {
+            exec_probe(&mut c, &args, run_id, image_ref).await?;
+        }
     }
+    if args.pull_rounds > 0 {
+        let images = registry.get_or_insert_with(e2e::pods::Images::start);
+        let reference = images.push("bench/large:1", &pull::image());
+        pull::run(&mut c, &reference, args.pull_rounds).await?;
+    }
+    drop(registry);
     for (pid, m) in &daemons {
         println!(
             "daemon pid {pid}: RSS {:.1} MB, PSS {:.1} MB, private {:.1} MB",
@@ -276,19 +334,7 @@ async fn pull(c: &mut Cri, image: &str) -> Result<String, tonic::Status> {
     Ok(c.image.pull_image(req).await?.into_inner().image_ref)
 }
 
-async fn exec_probe(c: &mut Cri, args: &Args, run_id: u32) -> anyhow::Result<()> {
-    // Kept alive until the end: the registry serves the image while it is pulled.
-    let mut registry = None;
-    let image = match &args.exec_image {
-        Some(reference) => reference.clone(),
-        None => {
-            let images = e2e::pods::Images::start();
-            let reference = images.push("bench/busybox:1", &e2e::pods::busybox());
-            registry = Some(images);
-            reference
-        }
-    };
-    let image_ref = pull(c, &image).await?;
+async fn exec_probe(c: &mut Cri, args: &Args, run_id: u32, image_ref: &str) -> anyhow::Result<()> {
     let config = sandbox_config(&format!("bench-exec-{run_id}"), &args.cgroup_parent);
     let pod = c
         .runtime
@@ -299,7 +345,7 @@ async fn exec_probe(c: &mut Cri, args: &Args, run_id: u32) -> anyhow::Result<()>
         .await?
         .into_inner()
         .pod_sandbox_id;
-    let result = exec_probe_in(c, args, &pod, &config, &image_ref).await;
+    let result = exec_probe_in(c, args, &pod, &config, image_ref).await;
     c.runtime
         .stop_pod_sandbox(cri::StopPodSandboxRequest {
             pod_sandbox_id: pod.clone(),
@@ -310,7 +356,6 @@ async fn exec_probe(c: &mut Cri, args: &Args, run_id: u32) -> anyhow::Result<()>
             pod_sandbox_id: pod,
         })
         .await?;
-    drop(registry);
     let mut times = result?;
     times.sort();
     println!(

@@ -266,15 +266,35 @@ fn container_config(pod: &cri::PodSandboxConfig, image: &str) -> cri::ContainerC
     c
 }
 
+/// How long each call of bringing a pod up took.
+pub struct Phases {
+    pub run: Duration,
+    pub create: Duration,
+    pub start: Duration,
+}
+
 async fn up_one(
-    mut c: Cri,
+    c: Cri,
     run: u32,
     i: usize,
     parent: String,
     handler: String,
     image: String,
 ) -> anyhow::Result<(String, String)> {
+    Ok(up_one_timed(c, run, i, parent, handler, image).await?.1)
+}
+
+/// Pod `i` of run `run` with its one container, up and running; each call timed.
+pub async fn up_one_timed(
+    mut c: Cri,
+    run: u32,
+    i: usize,
+    parent: String,
+    handler: String,
+    image: String,
+) -> anyhow::Result<(Phases, (String, String))> {
     let config = pod_config(run, i, &parent);
+    let t = Instant::now();
     let pod = c
         .runtime
         .run_pod_sandbox(cri::RunPodSandboxRequest {
@@ -284,6 +304,8 @@ async fn up_one(
         .await?
         .into_inner()
         .pod_sandbox_id;
+    let run_took = t.elapsed();
+    let t = Instant::now();
     let ctr = c
         .runtime
         .create_container(cri::CreateContainerRequest {
@@ -294,15 +316,22 @@ async fn up_one(
         .await?
         .into_inner()
         .container_id;
+    let create = t.elapsed();
+    let t = Instant::now();
     c.runtime
         .start_container(cri::StartContainerRequest {
             container_id: ctr.clone(),
         })
         .await?;
-    Ok((pod, ctr))
+    let phases = Phases {
+        run: run_took,
+        create,
+        start: t.elapsed(),
+    };
+    Ok((phases, (pod, ctr)))
 }
 
-async fn down_one(mut c: Cri, pod: String) -> anyhow::Result<()> {
+pub async fn down_one(mut c: Cri, pod: String) -> anyhow::Result<()> {
     c.runtime
         .stop_pod_sandbox(cri::StopPodSandboxRequest {
             pod_sandbox_id: pod.clone(),
