@@ -213,6 +213,7 @@ impl Daemon {
                 handlers,
                 sandbox_image: config.sandbox.image.clone(),
                 pause_rootfs,
+                native_pause: config.sandbox.native_pause,
                 user_namespaces: effects.user_namespaces,
             },
         }));

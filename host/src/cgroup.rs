@@ -163,6 +163,62 @@ pub fn hierarchy_dirs(root: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Makes cgroup `path` in every hierarchy under `root` and moves process `pid` into it, as a
+/// runtime's `create` does for a container's init; returns the cgroup's directory in each
+/// hierarchy. A v1 cpuset cgroup starts with no CPUs and memory nodes, which no process may
+/// join: each level made here gets its parent's. On failure what was made stays for
+/// [`remove`] (the caller's undo, which also kills what joined).
+pub fn create_and_join(root: &Path, path: &str, pid: u32) -> std::io::Result<Vec<PathBuf>> {
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty() || rel.split('/').any(|c| c == ".." || c == ".") {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a cgroup below the root: {path:?}"),
+        ));
+    }
+    let mut dirs = Vec::new();
+    for hierarchy in hierarchy_dirs(root) {
+        let mut dir = hierarchy.clone();
+        for part in rel.split('/').filter(|p| !p.is_empty()) {
+            let parent = dir.clone();
+            dir.push(part);
+            match std::fs::create_dir(&dir) {
+                Ok(()) => inherit_cpuset(&parent, &dir)?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(with_path(e, &dir)),
+            }
+        }
+        let procs = dir.join("cgroup.procs");
+        std::fs::write(&procs, pid.to_string()).map_err(|e| with_path(e, &procs))?;
+        dirs.push(dir);
+    }
+    Ok(dirs)
+}
+
+/// A new v1 cpuset cgroup `dir` gets the CPUs and memory nodes of `parent` (nothing to do in
+/// other hierarchies, whose directories have no such files).
+fn inherit_cpuset(parent: &Path, dir: &Path) -> std::io::Result<()> {
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let mine = dir.join(file);
+        if !mine.exists() || dir.join("cgroup.controllers").exists() {
+            // Not a v1 cpuset hierarchy (v2 cgroups inherit their effective sets).
+            continue;
+        }
+        let current = std::fs::read_to_string(&mine).map_err(|e| with_path(e, &mine))?;
+        if !current.trim().is_empty() {
+            continue;
+        }
+        let from = parent.join(file);
+        let value = std::fs::read_to_string(&from).map_err(|e| with_path(e, &from))?;
+        std::fs::write(&mine, value.trim()).map_err(|e| with_path(e, &mine))?;
+    }
+    Ok(())
+}
+
+fn with_path(e: std::io::Error, path: &Path) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
 /// How long [`remove`] waits for the processes it killed to leave a cgroup.
 const EMPTY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -224,6 +280,63 @@ fn kill_members(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn create_and_join_makes_every_level_in_every_hierarchy() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        touch(r, "cpuset/cgroup.procs");
+        touch(r, "memory/cgroup.procs");
+        touch(r, "memory/kubepods/cgroup.procs");
+        let dirs = create_and_join(r, "/kubepods/pod1", 42).unwrap();
+        assert_eq!(
+            dirs,
+            vec![
+                r.join("cpuset/kubepods/pod1"),
+                r.join("memory/kubepods/pod1")
+            ]
+        );
+        for d in &dirs {
+            assert_eq!(
+                std::fs::read_to_string(d.join("cgroup.procs")).unwrap(),
+                "42"
+            );
+        }
+        assert!(create_and_join(r, "/", 1).is_err());
+        assert!(create_and_join(r, "/a/../b", 1).is_err());
+    }
+
+    #[test]
+    fn a_new_v1_cpuset_gets_its_parents_sets_and_a_filled_one_is_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let parent = root.path();
+        std::fs::write(parent.join("cpuset.cpus"), "0-1\n").unwrap();
+        std::fs::write(parent.join("cpuset.mems"), "0\n").unwrap();
+        // What the kernel gives a new cpuset directory: empty set files.
+        let dir = parent.join("new");
+        touch(&dir, "cpuset.cpus");
+        touch(&dir, "cpuset.mems");
+        inherit_cpuset(parent, &dir).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpuset.cpus")).unwrap(),
+            "0-1"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpuset.mems")).unwrap(),
+            "0"
+        );
+        std::fs::write(dir.join("cpuset.cpus"), "1").unwrap();
+        inherit_cpuset(parent, &dir).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpuset.cpus")).unwrap(),
+            "1"
+        );
+        // Another hierarchy's directory has no such files: nothing to do.
+        let other = parent.join("other");
+        std::fs::create_dir(&other).unwrap();
+        inherit_cpuset(parent, &other).unwrap();
+        assert!(!other.join("cpuset.cpus").exists());
+    }
 
     const V1: &str = "12:pids:/peapod/c1\n7:cpu,cpuacct:/peapod/c1\n4:memory:/peapod/c1\n1:name=systemd:/init.scope\n";
     const HYBRID: &str = "12:pids:/peapod/c1\n7:cpu,cpuacct:/peapod/c1\n4:memory:/peapod/c1\n1:name=systemd:/x\n0::/peapod/c1\n";

@@ -35,6 +35,7 @@ mod init_stdio;
 mod log_uri;
 mod logio;
 mod native_exec;
+mod native_pause;
 mod nsexec;
 mod oom_kill_counter;
 mod process;

@@ -47,6 +47,11 @@ pub struct CreateOptions {
     /// the pid.
     #[serde(default)]
     pub start: bool,
+    /// With `start`: the shim may start the process itself instead of through the runtime,
+    /// where the spec allows (the pause: `peapod-shim nsexec --pause`). A shim that does not
+    /// know the field ignores it and uses the runtime.
+    #[serde(default)]
+    pub native: bool,
 }
 
 /// A container's exit, recorded by the shim so that it survives the daemon (and the shim).

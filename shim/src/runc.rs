@@ -434,6 +434,7 @@ exit 0
             console_socket: None,
             io: ProcessIo::null(),
             start,
+            native: false,
         };
         assert_eq!(runc.create("c1", create(true)).await.unwrap(), 4242);
         let root = dir.path().join("root");

@@ -103,6 +103,8 @@ pub struct CreateCommand<'a> {
     pub io: ProcessIo,
     /// `run --detach` (created and started in one invocation) instead of `create`.
     pub start: bool,
+    /// Started by the shim itself where it can (a pod's pause: [`crate::native_pause`]).
+    pub native: bool,
 }
 
 pub struct ExecCommand<'a> {

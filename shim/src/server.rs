@@ -2,6 +2,7 @@
 //! and extension services on the ttrpc socket, until Shutdown or SIGTERM.
 
 use crate::native_exec::{ExecMode, NativeExec};
+use crate::native_pause::NativePause;
 use crate::process_control::HostProcesses;
 use crate::reaper::Reaper;
 use crate::runc::Runc;
@@ -43,13 +44,13 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
         args.runtime_root.clone(),
         reaper.clone(),
     ));
+    let helper = std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?;
     let cli: Arc<dyn RuntimeCli> = match args.exec {
         ExecMode::Runtime => runc,
-        ExecMode::Native => {
-            let helper = std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?;
-            Arc::new(NativeExec::new(runc, helper, reaper.clone()))
-        }
+        ExecMode::Native => Arc::new(NativeExec::new(runc, helper.clone(), reaper.clone())),
     };
+    // Outermost: the pause's create never reaches the runtime when the helper can do it.
+    let cli: Arc<dyn RuntimeCli> = Arc::new(NativePause::new(cli, helper, reaper.clone()));
     let tasks = Arc::new(TaskService::new(
         cli,
         Arc::new(HostProcesses::new(reaper)),

@@ -134,6 +134,7 @@ impl TaskService {
                     console_socket: console_path.as_deref(),
                     io: process_io,
                     start: options.start,
+                    native: options.native,
                 },
             )
             .await;

@@ -430,6 +430,7 @@ impl ContainerService {
                     .into_owned(),
                 // The kubelet starts containers with StartContainer, in its own order.
                 start: false,
+                native: false,
             },
         };
         // A record in `Creating` may have a task in the runtime: the cleanup deletes it.

@@ -1,6 +1,6 @@
 //! How a sandbox stops being ready without StopPodSandbox, as the pod's watch
 //! (`crate::pods::watch`) and recovery find it: its pause exits, or its shim dies (what the
-//! shim held is then killed and deleted through the OCI runtime).
+//! shim held is then killed and deleted through the OCI runtime, and the pause's cgroup).
 
 use super::SandboxService;
 use crate::store::sandbox::{Sandbox, SandboxState};
@@ -38,16 +38,27 @@ impl SandboxService {
     }
 
     /// The pod's shim died: the connection is dropped, and `containers` (the pod's) and the
-    /// pause are killed and deleted through the OCI runtime. False if that failed.
+    /// pause are killed and deleted through the OCI runtime, and the pause's cgroup removed
+    /// (what kills a pause the shim started itself). False if that failed.
     pub(crate) async fn reap_dead_shim(&self, sandbox: &Sandbox, containers: Vec<String>) -> bool {
         let id = &sandbox.id;
         self.shims.forget(id);
         let mut ids = containers;
         ids.push(id.clone());
-        match self.shims.reap_orphans(&ids).await {
+        let reaped = match self.shims.reap_orphans(&ids).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::error!(sandbox = %id, error = %e, "killing the containers of a dead shim");
+                false
+            }
+        };
+        // A pause the shim started itself is unknown to the OCI runtime: its cgroup (which
+        // holds nothing else) is how it is found, killed and removed.
+        let cgroups_path = sandbox.get().cgroups_path.clone();
+        match self.host.remove_cgroup(&cgroups_path) {
+            Ok(()) => reaped,
+            Err(e) => {
+                tracing::error!(sandbox = %id, error = %e, "removing the pause's cgroup of a dead shim");
                 false
             }
         }

@@ -48,6 +48,8 @@ pub struct SandboxSettings {
     pub sandbox_image: String,
     /// The built-in pause root filesystem.
     pub pause_rootfs: PathBuf,
+    /// Ask the shim to start the pause itself where it can (`[sandbox] native_pause`).
+    pub native_pause: bool,
     /// Whether pods can have their own user namespace on this host, or why not.
     pub user_namespaces: std::result::Result<(), String>,
 }

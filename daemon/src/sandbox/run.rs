@@ -337,8 +337,10 @@ impl SandboxService {
             bundle: &bundle,
             terminal: false,
             options: CreateOptions {
-                // Nothing happens between create and start of a pause: one runtime call.
+                // Nothing happens between create and start of a pause: one runtime call, or
+                // none where the shim can start it itself.
                 start: true,
+                native: self.settings.native_pause,
                 ..Default::default()
             },
         };

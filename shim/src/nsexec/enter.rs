@@ -153,6 +153,20 @@ pub(super) struct Prepared {
     no_new_privs: bool,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     bpf: Option<(Vec<u8>, libc::c_uint)>,
+    /// A root to chroot into before anything else (a pause started natively); an exec's
+    /// process has its container's root already.
+    root: Option<CString>,
+}
+
+impl Prepared {
+    /// The process becomes rooted at `root` (chroot, as root, before the working directory).
+    pub(super) fn with_root(mut self, root: &Path) -> Result<Prepared, String> {
+        use std::os::unix::ffi::OsStrExt;
+        let root = CString::new(root.as_os_str().as_bytes())
+            .map_err(|_| format!("root {} holds a NUL", root.display()))?;
+        self.root = Some(root);
+        Ok(self)
+    }
 }
 
 fn rlimit_resource(name: &str) -> Result<libc::__rlimit_resource_t, String> {
@@ -227,6 +241,7 @@ pub(super) fn prepare(
         no_new_privs: process.no_new_privileges,
         rlimits,
         bpf,
+        root: None,
     })
 }
 
@@ -264,10 +279,15 @@ pub(super) fn join_container(init_pid: i32, oom_score_adj: Option<i32>) -> Resul
 
 /// Clones the exec's process as a child of this helper's parent (the shim), which becomes
 /// `p` on `stdio` and execs it; returns its pid once it has, or why it could not (a process
-/// that could not is left to exit, for the shim to reap).
-pub(super) fn start_process(p: &mut Prepared, stdio: [RawFd; 3]) -> Result<i32, String> {
+/// that could not is left to exit, for the shim to reap). `new_namespaces`: clone flags of
+/// namespaces the process gets anew (a native pause's PID namespace, of which it is init).
+pub(super) fn start_process(
+    p: &mut Prepared,
+    stdio: [RawFd; 3],
+    new_namespaces: libc::c_int,
+) -> Result<i32, String> {
     let (mut reader, writer) = pipe()?;
-    let flags = (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong;
+    let flags = (libc::CLONE_PARENT | libc::SIGCHLD | new_namespaces) as libc::c_ulong;
     // SAFETY: this process is single-threaded (the helper runs nothing else), so the child
     // may do anything after the clone. A raw clone, as fork(2) is one, for CLONE_PARENT: with
     // no stack given, the child runs on a copy of ours.
@@ -350,6 +370,12 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
     }
     if let (Some((bpf, flags)), false) = (&p.bpf, p.no_new_privs) {
         seccomp::load(bpf, *flags).map_err(|e| format!("load the seccomp filter: {e}"))?;
+    }
+    if let Some(root) = &p.root {
+        // SAFETY: valid C strings.
+        if unsafe { libc::chroot(root.as_ptr()) } < 0 || unsafe { libc::chdir(c"/".as_ptr()) } < 0 {
+            return Err(os(format_args!("chroot to {}", root.to_string_lossy())));
+        }
     }
     let cwd = CString::new(p.cwd.as_str()).map_err(|_| "cwd holds a NUL".to_string())?;
     // First as root (a directory root may enter and the user not), again after the user.

@@ -9,9 +9,16 @@
 //! ```text
 //! peapod-shim nsexec --resident --bundle DIR --init-pid PID    (stdin: the shim's socket)
 //! ```
+//!
+//! The same machinery starts a pod's pause without the runtime ([`pause`]):
+//!
+//! ```text
+//! peapod-shim nsexec --pause --bundle DIR --pid-file FILE
+//! ```
 
 pub mod caps;
 pub mod enter;
+pub mod pause;
 pub mod resident;
 pub mod seccomp;
 pub mod spec;
@@ -23,11 +30,17 @@ use std::path::PathBuf;
 pub fn main(args: impl Iterator<Item = String>) -> i32 {
     let mut bundle = None;
     let mut init_pid = None;
+    let mut pid_file = None;
     let mut resident = false;
+    let mut pause = false;
     let mut args = args;
     while let Some(flag) = args.next() {
         if flag == "--resident" {
             resident = true;
+            continue;
+        }
+        if flag == "--pause" {
+            pause = true;
             continue;
         }
         let Some(value) = args.next() else {
@@ -36,16 +49,18 @@ pub fn main(args: impl Iterator<Item = String>) -> i32 {
         match flag.as_str() {
             "--bundle" => bundle = Some(PathBuf::from(value)),
             "--init-pid" => init_pid = value.parse::<i32>().ok(),
+            "--pid-file" => pid_file = Some(PathBuf::from(value)),
             _ => return usage(),
         }
     }
-    match (resident, bundle, init_pid) {
-        (true, Some(bundle), Some(init_pid)) => resident::main(&bundle, init_pid),
+    match (resident, pause, bundle, init_pid, pid_file) {
+        (true, false, Some(bundle), Some(init_pid), None) => resident::main(&bundle, init_pid),
+        (false, true, Some(bundle), None, Some(pid_file)) => pause::main(&bundle, &pid_file),
         _ => usage(),
     }
 }
 
 fn usage() -> i32 {
-    eprintln!("usage: peapod-shim nsexec --resident --bundle DIR --init-pid PID (stdin: the shim's socket)");
+    eprintln!("usage: peapod-shim nsexec --resident --bundle DIR --init-pid PID (stdin: the shim's socket)\n       peapod-shim nsexec --pause --bundle DIR --pid-file FILE");
     2
 }

@@ -142,6 +142,6 @@ impl Resident {
         }
         let mut prepared = enter::prepare(&process, self.bpf.clone())?;
         let fds = [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()];
-        enter::start_process(&mut prepared, fds)
+        enter::start_process(&mut prepared, fds, 0)
     }
 }

@@ -46,9 +46,11 @@ pub fn image() -> ImageSpec {
         }
     }
     let large = |noise: &mut Noise, name: &str| {
-        Layer::new(Compression::Gzip)
-            .dir("opt", 0o755)
-            .file(&format!("opt/{name}"), noise.bytes(LARGE_FILE_BYTES), 0o644)
+        Layer::new(Compression::Gzip).dir("opt", 0o755).file(
+            &format!("opt/{name}"),
+            noise.bytes(LARGE_FILE_BYTES),
+            0o644,
+        )
     };
     ImageSpec::busybox()
         .layer(small)

@@ -1,0 +1,293 @@
+//! The runtime with a pod's pause started natively ([`crate::nsexec::pause`]): a create the
+//! daemon marks `native` (the pause, created and started at once) is done by the shim's own
+//! helper when the spec allows it, and every command on that container is answered here
+//! from its pidfd and cgroup; everything else goes to the runtime underneath. A spec the
+//! helper cannot do (a user namespace, a systemd cgroup, a seccomp profile, an enforced
+//! label) is run by the runtime as before: the choice is made before anything starts.
+//!
+//! Why: `runc run` of the pause is the longest step of RunPodSandbox (two Go programs
+//! starting, runc's state, mounts of a root nothing reads); the helper does what the pause's
+//! spec asks in a few milliseconds.
+
+use crate::nsexec::pause::{self, PauseSpec};
+use crate::nsexec::spec::{self, Lsm};
+use crate::reaper::Reaper;
+use crate::runtime_cli::{CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+const NAME: &str = "peapod-shim nsexec --pause";
+
+/// A pause this shim started.
+struct Started {
+    pid: u32,
+    pidfd: OwnedFd,
+    cgroups_path: String,
+}
+
+impl Started {
+    /// Whether the pause still runs (its pidfd becomes readable when it exits).
+    fn running(&self) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll of one live descriptor, no waiting.
+        let n = unsafe { libc::poll(&mut fd, 1, 0) };
+        n == 0
+    }
+
+    fn signal(&self, signal: u32) -> std::io::Result<()> {
+        // SAFETY: pidfd_send_signal on a live pidfd with no siginfo.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                signal as libc::c_int,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            )
+        };
+        match r {
+            0 => Ok(()),
+            _ => match std::io::Error::last_os_error() {
+                // Exited already: what a kill wants.
+                e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
+}
+
+pub struct NativePause {
+    runtime: Arc<dyn RuntimeCli>,
+    helper: PathBuf,
+    reaper: Arc<Reaper>,
+    lsm: Lsm,
+    started: Mutex<HashMap<String, Arc<Started>>>,
+}
+
+impl NativePause {
+    /// `helper`: this program (`peapod-shim`), run as `peapod-shim nsexec --pause`.
+    pub fn new(runtime: Arc<dyn RuntimeCli>, helper: PathBuf, reaper: Arc<Reaper>) -> NativePause {
+        NativePause {
+            runtime,
+            helper,
+            reaper,
+            lsm: Lsm::of_host(),
+            started: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Started>>> {
+        self.started.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn native(&self, id: &str) -> Option<Arc<Started>> {
+        self.map().get(id).cloned()
+    }
+
+    /// The pause's spec if the helper can start it; why not otherwise.
+    fn spec_for_native(&self, c: &CreateCommand<'_>) -> Result<PauseSpec, String> {
+        if !c.native || !c.start {
+            return Err("not asked for".into());
+        }
+        if c.console_socket.is_some() {
+            return Err("a terminal".into());
+        }
+        let spec: PauseSpec = spec::read(&c.bundle.join("config.json"))?;
+        match pause::unsupported(&spec, &self.lsm) {
+            Some(why) => Err(why.to_string()),
+            None => Ok(spec),
+        }
+    }
+
+    async fn start_native(
+        &self,
+        id: &str,
+        c: CreateCommand<'_>,
+        spec: &PauseSpec,
+    ) -> Result<u32, RuntimeCliError> {
+        let log = c.bundle.join("runtime.log");
+        let _ = std::fs::remove_file(c.pid_file);
+        let log_file = std::fs::File::create(&log).map_err(spawn_error)?;
+        let mut cmd = Command::new(&self.helper);
+        cmd.args(["nsexec", "--pause", "--bundle"])
+            .arg(c.bundle)
+            .arg("--pid-file")
+            .arg(c.pid_file);
+        // The helper's stdio is the pause's; its own words go to the log.
+        let [stdin, stdout, _] = c.io.into_stdio();
+        cmd.stdin(stdin).stdout(stdout).stderr(log_file);
+        let (_, exit) = self.reaper.spawn(&mut cmd).map_err(spawn_error)?;
+        let code = exit.await.unwrap_or(255);
+        let undo = |message: String| {
+            // Whatever joined the cgroup (a pause that started and failed later) goes with it.
+            let root = Path::new(peapod_host::cgroup::DEFAULT_ROOT);
+            let _ = peapod_host::cgroup::remove(root, &spec.linux.cgroups_path);
+            RuntimeCliError::Failed {
+                runtime: NAME.into(),
+                command: "run".into(),
+                exit_status: code,
+                message,
+            }
+        };
+        if code != 0 {
+            let words = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(undo(words.trim().to_string()));
+        }
+        let pid = std::fs::read_to_string(c.pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .ok_or_else(|| RuntimeCliError::NoPidFile {
+                runtime: NAME.into(),
+                command: "run".into(),
+                path: c.pid_file.to_path_buf(),
+            })?;
+        // The pause is this shim's child (cloned with CLONE_PARENT) and not reaped before its
+        // exit is subscribed to, so the pid names it here.
+        // SAFETY: pidfd_open with integer arguments; the descriptor is owned from here on.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if fd < 0 {
+            return Err(undo(format!(
+                "pidfd_open({pid}): {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: a fresh descriptor.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        self.map().insert(
+            id.to_string(),
+            Arc::new(Started {
+                pid,
+                pidfd,
+                cgroups_path: spec.linux.cgroups_path.clone(),
+            }),
+        );
+        Ok(pid)
+    }
+}
+
+fn spawn_error(source: std::io::Error) -> RuntimeCliError {
+    RuntimeCliError::Spawn {
+        runtime: NAME.into(),
+        source,
+    }
+}
+
+fn not_supported(command: &str) -> RuntimeCliError {
+    RuntimeCliError::Failed {
+        runtime: NAME.into(),
+        command: command.into(),
+        exit_status: 1,
+        message: "not supported for a pause started natively".into(),
+    }
+}
+
+#[async_trait]
+impl RuntimeCli for NativePause {
+    async fn create(&self, id: &str, cmd: CreateCommand<'_>) -> Result<u32, RuntimeCliError> {
+        match self.spec_for_native(&cmd) {
+            Ok(spec) => self.start_native(id, cmd, &spec).await,
+            Err(why) => {
+                if cmd.native {
+                    eprintln!("pause {id} through the runtime: {why}");
+                }
+                self.runtime.create(id, cmd).await
+            }
+        }
+    }
+    async fn start(&self, id: &str) -> Result<(), RuntimeCliError> {
+        match self.native(id) {
+            // Started by create already.
+            Some(_) => Ok(()),
+            None => self.runtime.start(id).await,
+        }
+    }
+    async fn state(&self, id: &str) -> Result<Option<RuntimeStatus>, RuntimeCliError> {
+        match self.native(id) {
+            Some(p) if p.running() => Ok(Some(RuntimeStatus::Running)),
+            Some(_) => Ok(Some(RuntimeStatus::Stopped)),
+            None => self.runtime.state(id).await,
+        }
+    }
+    async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), RuntimeCliError> {
+        // `all` is the same here: nothing but the pause is in its cgroup.
+        match self.native(id) {
+            Some(p) => p.signal(signal).map_err(|e| RuntimeCliError::Failed {
+                runtime: NAME.into(),
+                command: "kill".into(),
+                exit_status: 1,
+                message: e.to_string(),
+            }),
+            None => self.runtime.kill(id, signal, all).await,
+        }
+    }
+    async fn delete(&self, id: &str, force: bool) -> Result<(), RuntimeCliError> {
+        let Some(p) = self.native(id) else {
+            return self.runtime.delete(id, force).await;
+        };
+        if p.running() {
+            if !force {
+                return Err(RuntimeCliError::Failed {
+                    runtime: NAME.into(),
+                    command: "delete".into(),
+                    exit_status: 1,
+                    message: format!("pause {id} (pid {}) is running", p.pid),
+                });
+            }
+            p.signal(libc::SIGKILL as u32).map_err(spawn_error)?;
+        }
+        // Waits for the killed to leave before each directory goes.
+        let path = p.cgroups_path.clone();
+        tokio::task::spawn_blocking(move || {
+            peapod_host::cgroup::remove(Path::new(peapod_host::cgroup::DEFAULT_ROOT), &path)
+        })
+        .await
+        .map_err(|e| spawn_error(std::io::Error::other(e)))?
+        .map_err(|e| RuntimeCliError::Failed {
+            runtime: NAME.into(),
+            command: "delete".into(),
+            exit_status: 1,
+            message: format!("remove the cgroup {}: {e}", p.cgroups_path),
+        })?;
+        self.map().remove(id);
+        Ok(())
+    }
+    async fn exec(&self, id: &str, cmd: ExecCommand<'_>) -> Result<u32, RuntimeCliError> {
+        match self.native(id) {
+            Some(_) => Err(not_supported("exec")),
+            None => self.runtime.exec(id, cmd).await,
+        }
+    }
+    async fn update(&self, id: &str, resources_json: &Path) -> Result<(), RuntimeCliError> {
+        match self.native(id) {
+            Some(_) => Err(not_supported("update")),
+            None => self.runtime.update(id, resources_json).await,
+        }
+    }
+    async fn pause(&self, id: &str) -> Result<(), RuntimeCliError> {
+        match self.native(id) {
+            Some(_) => Err(not_supported("pause")),
+            None => self.runtime.pause(id).await,
+        }
+    }
+    async fn resume(&self, id: &str) -> Result<(), RuntimeCliError> {
+        match self.native(id) {
+            Some(_) => Err(not_supported("resume")),
+            None => self.runtime.resume(id).await,
+        }
+    }
+    async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeCliError> {
+        match self.native(id) {
+            Some(p) if p.running() => Ok(vec![p.pid]),
+            Some(_) => Ok(Vec::new()),
+            None => self.runtime.ps(id).await,
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The pause started by the shim itself (`[sandbox] native_pause`, the default) against the
+//! pause `runc run` starts (`native_pause = false`): the same pod on both daemons, and the
+//! two processes compared as the kernel shows them. Then a dead shim's native pause, which
+//! the OCI runtime does not know, is found by its cgroup and killed.
+
+use e2e::fixtures::{sandbox_config, verbose_info};
+use e2e::{host, DaemonOptions, TestDaemon};
+use peapod_proto::v1 as cri;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// A pod sharing its PID namespace, with a sysctl of each kind the pause sets.
+fn pod(d: &TestDaemon, name: &str) -> cri::PodSandboxConfig {
+    let mut config = sandbox_config(name, &d.cgroup_parent);
+    let linux = config.linux.get_or_insert_with(Default::default);
+    linux.sysctls = [
+        ("net.ipv4.ip_unprivileged_port_start", "81"),
+        ("kernel.shm_rmid_forced", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let ns = linux
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options
+        .get_or_insert_with(Default::default);
+    ns.pid = cri::NamespaceMode::Pod as i32;
+    config
+}
+
+async fn run(d: &mut TestDaemon, config: cri::PodSandboxConfig) -> (String, u32) {
+    let id = match d
+        .cri
+        .runtime
+        .run_pod_sandbox(cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        })
+        .await
+    {
+        Ok(r) => r.into_inner().pod_sandbox_id,
+        Err(e) => panic!("RunPodSandbox: {e}\n{}", d.log()),
+    };
+    let st = d
+        .cri
+        .runtime
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.clone(),
+            verbose: true,
+        })
+        .await
+        .expect("PodSandboxStatus")
+        .into_inner();
+    let pid = verbose_info(&st)["pid"].as_u64().expect("pid") as u32;
+    assert!(pid > 0);
+    (id, pid)
+}
+
+async fn stop_and_remove(d: &mut TestDaemon, id: &str) {
+    d.cri
+        .runtime
+        .stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await
+        .expect("StopPodSandbox");
+    d.cri
+        .runtime
+        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await
+        .expect("RemovePodSandbox");
+}
+
+/// What a pause is, as the kernel shows it: ids, capabilities, no_new_privs, seccomp, its
+/// namespaces (which differ from the host's, and the PID namespace it is init of), its root,
+/// hostname, sysctls, cgroup (below the pod's parent, named by the sandbox id) and program.
+fn portrait(pid: u32, id: &str, cgroup_parent: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    for line in status.lines() {
+        let (key, value) = line.split_once(':').unwrap_or((line, ""));
+        let wanted = [
+            "Uid",
+            "Gid",
+            "Groups",
+            "CapInh",
+            "CapPrm",
+            "CapEff",
+            "CapBnd",
+            "CapAmb",
+            "NoNewPrivs",
+            "Seccomp",
+        ];
+        if wanted.contains(&key) {
+            out.insert(key.to_string(), value.trim().to_string());
+        }
+        if key == "NSpid" {
+            // The host's pid, then 1: the init of a PID namespace of its own.
+            let last = value.split_whitespace().last().unwrap_or("").to_string();
+            out.insert("pid in its namespace".into(), last);
+        }
+    }
+    for ns in ["pid", "ipc", "uts", "mnt", "net"] {
+        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).expect("ns");
+        let ours = std::fs::read_link(format!("/proc/self/ns/{ns}")).expect("ns");
+        out.insert(format!("own {ns} namespace"), (theirs != ours).to_string());
+    }
+    // Through the magic link: a path that works whichever mount namespace the root is in.
+    let pause = std::path::PathBuf::from(format!("/proc/{pid}/root/pause"));
+    out.insert("root holds pause".into(), pause.exists().to_string());
+    let bin = std::path::PathBuf::from(format!("/proc/{pid}/root/bin"));
+    out.insert("root holds bin".into(), bin.exists().to_string());
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
+    out.insert("program".into(), comm.trim().to_string());
+    let run_in = |args: &[&str]| {
+        let o = host::in_namespaces_of(pid, &["--uts", "--ipc", "--net"], args);
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    out.insert("hostname".into(), run_in(&["hostname"]));
+    out.insert(
+        "net sysctl".into(),
+        run_in(&["cat", "/proc/sys/net/ipv4/ip_unprivileged_port_start"]),
+    );
+    out.insert(
+        "ipc sysctl".into(),
+        run_in(&["cat", "/proc/sys/kernel/shm_rmid_forced"]),
+    );
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+    let want = format!("{}/{id}", cgroup_parent.trim_end_matches('/'));
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next().unwrap_or(""), parts.next());
+        out.insert(
+            format!("cgroup {controllers}"),
+            (path == Some(want.as_str())).to_string(),
+        );
+    }
+    out.insert(
+        "oom_score_adj".into(),
+        std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+            .expect("oom_score_adj")
+            .trim()
+            .to_string(),
+    );
+    out
+}
+
+/// Whether process `pid` runs (a zombie waiting for its reaper does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| {
+            !s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// The ids the daemon's OCI runtime knows.
+fn runtime_ids(d: &TestDaemon) -> Vec<String> {
+    let out = std::process::Command::new("runc")
+        .arg("--root")
+        .arg(d.state.join("runc"))
+        .args(["list", "-q"])
+        .output()
+        .expect("runc list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_pause_is_what_runc_makes_of_the_same_spec() {
+    let mut native = TestDaemon::start("native_pause").await;
+    let mut runc = TestDaemon::start_with(
+        "runc_pause",
+        DaemonOptions {
+            extra_config: "[sandbox]\nnative_pause = false\n".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let config = pod(&native, "same-pod");
+    let (n_id, n_pid) = run(&mut native, config).await;
+    let config = pod(&runc, "same-pod");
+    let (r_id, r_pid) = run(&mut runc, config).await;
+
+    // Started without the runtime, and with it.
+    assert!(
+        !runtime_ids(&native).contains(&n_id),
+        "runc knows the native pause"
+    );
+    assert!(
+        runtime_ids(&runc).contains(&r_id),
+        "runc does not know its pause"
+    );
+
+    let n = portrait(n_pid, &n_id, &native.cgroup_parent);
+    let r = portrait(r_pid, &r_id, &runc.cgroup_parent);
+    assert_eq!(n, r, "native pause (left) against runc's (right)");
+    // And what both are, so that two equally wrong pauses fail too.
+    assert_eq!(n["Uid"], "65535\t65535\t65535\t65535");
+    assert_eq!(n["CapEff"], "0000000000000000");
+    assert_eq!(n["CapBnd"], "0000000000000000");
+    assert_eq!(n["NoNewPrivs"], "1");
+    assert_eq!(n["pid in its namespace"], "1");
+    assert_eq!(n["own pid namespace"], "true");
+    assert_eq!(n["own net namespace"], "true");
+    assert_eq!(n["hostname"], "same-pod");
+    assert_eq!(n["net sysctl"], "81");
+    assert_eq!(n["ipc sysctl"], "1");
+    assert_eq!(n["root holds pause"], "true");
+    assert_eq!(n["root holds bin"], "false");
+    assert!(
+        n.iter()
+            .filter(|(k, _)| k.starts_with("cgroup "))
+            .all(|(_, v)| v == "true"),
+        "{n:?}"
+    );
+
+    // Stopped and removed: its process and cgroup are gone.
+    stop_and_remove(&mut native, &n_id).await;
+    assert!(!host::cgroup_exists(&native.cgroup_parent, &n_id));
+    assert!(!alive(n_pid));
+    stop_and_remove(&mut runc, &r_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_pause_dies_with_its_shim() {
+    let mut d = TestDaemon::start("native_pause_shim").await;
+    let config = pod(&d, "orphan");
+    let (id, pid) = run(&mut d, config).await;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let shim: i32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("PPid");
+    // SAFETY: kill with integer arguments.
+    assert_eq!(unsafe { libc::kill(shim, libc::SIGKILL) }, 0);
+    // The daemon finds the shim dead; the runtime does not know the pause: its cgroup does.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the pause outlived its shim\n{}",
+            d.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!host::cgroup_exists(&d.cgroup_parent, &id));
+    stop_and_remove(&mut d, &id).await;
+}
