@@ -36,6 +36,7 @@ mod log_uri;
 mod logio;
 mod native_exec;
 mod native_pause;
+mod native_start;
 mod nsexec;
 mod oom_kill_counter;
 mod process;

@@ -3,7 +3,8 @@
 //! helper when the spec allows it, and every command on that container is answered here
 //! from its pidfd and cgroup; everything else goes to the runtime underneath. A spec the
 //! helper cannot do (a user namespace, a systemd cgroup, a seccomp profile, an enforced
-//! label) is run by the runtime as before: the choice is made before anything starts.
+//! label) is run by the runtime as before: the choice is made before anything starts. A
+//! helper that fails anyway (after undoing what it made) leaves the pause to the runtime too.
 //!
 //! Why: `runc run` of the pause is the longest step of RunPodSandbox (two Go programs
 //! starting, runc's state, mounts of a root nothing reads); the helper does what the pause's
@@ -12,7 +13,9 @@
 use crate::nsexec::pause::{self, PauseSpec};
 use crate::nsexec::spec::{self, Lsm};
 use crate::reaper::Reaper;
-use crate::runtime_cli::{CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus};
+use crate::runtime_cli::{
+    CreateCommand, ExecCommand, ProcessIo, RuntimeCli, RuntimeCliError, RuntimeStatus,
+};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -192,12 +195,35 @@ fn not_supported(command: &str) -> RuntimeCliError {
 #[async_trait]
 impl RuntimeCli for NativePause {
     async fn create(&self, id: &str, cmd: CreateCommand<'_>) -> Result<u32, RuntimeCliError> {
-        match self.spec_for_native(&cmd) {
-            Ok(spec) => self.start_native(id, cmd, &spec).await,
+        let spec = match self.spec_for_native(&cmd) {
+            Ok(spec) => spec,
             Err(why) => {
                 if cmd.native {
                     eprintln!("pause {id} through the runtime: {why}");
                 }
+                return self.runtime.create(id, cmd).await;
+            }
+        };
+        // The helper gets copies of the stdio: the runtime needs them if it fails.
+        let io = ProcessIo {
+            stdin: cmd.io.stdin.as_ref().and_then(|f| f.try_clone().ok()),
+            stdout: cmd.io.stdout.as_ref().and_then(|f| f.try_clone().ok()),
+            stderr: cmd.io.stderr.as_ref().and_then(|f| f.try_clone().ok()),
+        };
+        let native = CreateCommand {
+            bundle: cmd.bundle,
+            pid_file: cmd.pid_file,
+            console_socket: None,
+            io,
+            start: true,
+            native: true,
+        };
+        match self.start_native(id, native, &spec).await {
+            Ok(pid) => Ok(pid),
+            Err(err) => {
+                // What the helper met, the runtime may not (a host it did not foresee); a
+                // spec neither can start fails with the runtime's words.
+                eprintln!("pause {id} through the runtime: {err}");
                 self.runtime.create(id, cmd).await
             }
         }
@@ -289,5 +315,82 @@ impl RuntimeCli for NativePause {
             Some(_) => Ok(Vec::new()),
             None => self.runtime.ps(id).await,
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::fakes::{FakeProcesses, FakeRuntime};
+
+    const PAUSE: &str = r#"{"root":{"path":"rootfs"},"process":{"args":["/pause"],
+        "capabilities":{},"user":{"uid":65535,"gid":65535}},
+        "linux":{"cgroupsPath":"/peapod-unit-never-made/p1","namespaces":[{"type":"ipc"}]}}"#;
+
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("helper");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn command<'a>(bundle: &'a Path, pid_file: &'a Path, native: bool) -> CreateCommand<'a> {
+        CreateCommand {
+            bundle,
+            pid_file,
+            console_socket: None,
+            io: ProcessIo::null(),
+            start: true,
+            native,
+        }
+    }
+
+    /// The choice between the helper and the runtime, and the runtime after a failed helper.
+    /// (Called by the shim's one test that owns a reaper.)
+    pub(crate) async fn the_runtime_gets_what_the_helper_cannot_do(reaper: &Arc<Reaper>) {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("bundle");
+        std::fs::create_dir(&bundle).unwrap();
+        let pid_file = bundle.join("init.pid");
+        let runtime = Arc::new(FakeRuntime::new(Arc::new(FakeProcesses::default())));
+        let ran = script(
+            dir.path(),
+            "echo ran > \"$(dirname \"$0\")/ran\"; echo cannot >&2; exit 1",
+        );
+        let pause = NativePause::new(runtime.clone(), ran, reaper.clone());
+
+        // Not asked for: the runtime, and no helper.
+        std::fs::write(bundle.join("config.json"), PAUSE).unwrap();
+        pause
+            .create("a", command(&bundle, &pid_file, false))
+            .await
+            .unwrap();
+        assert!(!dir.path().join("ran").exists());
+        // A user namespace: the runtime, decided before any helper runs.
+        let userns = PAUSE.replace(r#""linux":{"#, r#""linux":{"uidMappings":[],"#);
+        std::fs::write(bundle.join("config.json"), userns).unwrap();
+        pause
+            .create("b", command(&bundle, &pid_file, true))
+            .await
+            .unwrap();
+        assert!(!dir.path().join("ran").exists());
+        // Supported, but the helper fails: its undo, then the runtime.
+        std::fs::write(bundle.join("config.json"), PAUSE).unwrap();
+        pause
+            .create("c", command(&bundle, &pid_file, true))
+            .await
+            .unwrap();
+        assert!(dir.path().join("ran").exists(), "the helper ran");
+        assert_eq!(
+            std::fs::read_to_string(bundle.join("runtime.log"))
+                .unwrap()
+                .trim(),
+            "cannot"
+        );
+        assert_eq!(runtime.calls(), vec!["run a", "run b", "run c"]);
+        // None of them is native: every command goes to the runtime.
+        pause.kill("c", 9, false).await.unwrap();
+        assert_eq!(runtime.calls().last().map(String::as_str), Some("kill c 9"));
     }
 }

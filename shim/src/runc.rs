@@ -333,6 +333,7 @@ not json
             &reaper,
         )
         .await;
+        crate::native_pause::tests::the_runtime_gets_what_the_helper_cannot_do(&reaper).await;
     }
 
     /// A stand-in for runc: a shell script that answers from files in its directory, so the

@@ -3,6 +3,7 @@
 
 use crate::native_exec::{ExecMode, NativeExec};
 use crate::native_pause::NativePause;
+use crate::native_start::NativeStart;
 use crate::process_control::HostProcesses;
 use crate::reaper::Reaper;
 use crate::runc::Runc;
@@ -49,6 +50,11 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
         ExecMode::Runtime => runc,
         ExecMode::Native => Arc::new(NativeExec::new(runc, helper.clone(), reaper.clone())),
     };
+    let cli: Arc<dyn RuntimeCli> = Arc::new(NativeStart::new(
+        cli,
+        &args.runtime,
+        args.runtime_root.clone(),
+    ));
     // Outermost: the pause's create never reaches the runtime when the helper can do it.
     let cli: Arc<dyn RuntimeCli> = Arc::new(NativePause::new(cli, helper, reaper.clone()));
     let tasks = Arc::new(TaskService::new(

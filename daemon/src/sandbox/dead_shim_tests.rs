@@ -1,5 +1,6 @@
 //! A pod whose shim dies, against fakes: the pod turns not ready, its containers exited
-//! (137, `ShimDied`) after the OCI runtime killed them, and Stop/Remove clean up the rest.
+//! (137, `ShimDied`) after the OCI runtime killed them (and the pause's cgroup went), and
+//! Stop/Remove clean up the rest.
 
 use crate::testing::Harness;
 use peapod_proto::v1::{ContainerState, PodSandboxState};
@@ -41,6 +42,13 @@ async fn a_dead_shim_makes_the_pod_not_ready_and_its_containers_exited() {
     assert_killed_by_shim_death(&h, &created).await;
     assert!(h.shims.orphans().is_empty(), "the OCI runtime killed them");
     assert!(h.faults.count("shim.reap_orphans") >= 1);
+    // A pause the shim started itself is unknown to the runtime: its cgroup is removed
+    // (which kills it) before Stop or Remove are asked for.
+    assert!(
+        h.host.cgroups_removed().iter().any(|p| p.ends_with(&pod)),
+        "{:?}",
+        h.host.cgroups_removed()
+    );
 
     // A container of a dead pod cannot be started; Stop and Remove work.
     assert!(h.start_container(&created).await.is_err());
