@@ -1,9 +1,12 @@
 //! The pause started by the shim itself (`[sandbox] native_pause`, the default) against the
 //! pause `runc run` starts (`native_pause = false`): the same pod on both daemons, and the
 //! two processes compared as the kernel shows them. Then a dead shim's native pause, which
-//! the OCI runtime does not know, is found by its cgroup and killed.
+//! the OCI runtime does not know, is found by its cgroup and killed. And the runtime calls
+//! of a pod brought up, counted by a runc that logs them: none for the pause, one (create)
+//! per container, whose start the shim does.
 
 use e2e::fixtures::{sandbox_config, verbose_info};
+use e2e::pods::{self, Images};
 use e2e::{host, DaemonOptions, TestDaemon};
 use peapod_proto::v1 as cri;
 use std::collections::BTreeMap;
@@ -253,4 +256,96 @@ async fn a_native_pause_dies_with_its_shim() {
     }
     assert!(!host::cgroup_exists(&d.cgroup_parent, &id));
     stop_and_remove(&mut d, &id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_up_costs_one_runtime_call_per_container_and_none_for_the_pause() {
+    let bin = tempfile::tempdir().expect("tempdir");
+    let log = bin.path().join("calls");
+    let real = std::process::Command::new("sh")
+        .args(["-c", "command -v runc"])
+        .output()
+        .expect("command -v runc");
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    assert!(!real.is_empty(), "runc is not installed");
+    // Named runc, as the shim's start without runc asks of the runtime.
+    let wrapper = bin.path().join("runc");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nexec {real} \"$@\"\n",
+            log.display()
+        ),
+    )
+    .expect("write the wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut d = TestDaemon::start_with(
+        "one_runtime_call",
+        DaemonOptions {
+            extra_config: format!("[runtime]\npath = \"{}\"\n", wrapper.display()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let images = Images::start();
+    let image = images.push("calls/busybox:1", &pods::busybox());
+    d.pull(&image).await;
+    let _ = std::fs::remove_file(&log);
+
+    let config = pod(&d, "counted");
+    let (pod_id, _) = run(&mut d, config.clone()).await;
+    let app = pods::container("app", &image, &["sleep"], &["1000"]);
+    let ctr = d
+        .cri
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod_id.clone(),
+            config: Some(app),
+            sandbox_config: Some(config),
+        })
+        .await
+        .expect("CreateContainer")
+        .into_inner()
+        .container_id;
+    d.start_container(&ctr).await.expect("StartContainer");
+    let running = d.container_status(&ctr).await;
+    assert_eq!(running.state, cri::ContainerState::ContainerRunning as i32);
+
+    let calls = std::fs::read_to_string(&log).unwrap_or_default();
+    let calls: Vec<&str> = calls.lines().collect();
+    let naming = |id: &str| calls.iter().filter(|c| c.contains(id)).count();
+    assert_eq!(
+        naming(&pod_id),
+        0,
+        "the pause cost runtime calls: {calls:?}"
+    );
+    assert_eq!(naming(&ctr), 1, "{calls:?}");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.contains(" create ") && c.ends_with(&ctr)),
+        "{calls:?}"
+    );
+    // Started for real: the runtime sees it running, and its process is `sleep`.
+    let state = std::process::Command::new(&real)
+        .arg("--root")
+        .arg(d.state.join("runc"))
+        .args(["state", &ctr])
+        .output()
+        .expect("runc state");
+    let state: serde_json::Value = serde_json::from_slice(&state.stdout).expect("state json");
+    assert_eq!(state["status"], "running", "{state}");
+    let pid = state["pid"].as_u64().expect("pid");
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
+    assert_eq!(comm.trim(), "sleep");
+    // A retried start (the daemon answers it as done) makes no call either.
+    d.start_container(&ctr).await.expect("StartContainer again");
+    let again = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        again.lines().filter(|c| c.contains(&ctr)).count(),
+        1,
+        "{again}"
+    );
+    stop_and_remove(&mut d, &pod_id).await;
 }
