@@ -219,6 +219,33 @@ fn with_path(e: std::io::Error, path: &Path) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
+/// The processes in cgroup `path` and the cgroups below it, as the first hierarchy under
+/// `root` that has it lists them (every hierarchy holds a container's processes alike).
+pub fn members(root: &Path, path: &str) -> Vec<i32> {
+    let rel = path.trim_start_matches('/');
+    let mut out = Vec::new();
+    if let Some(dir) = hierarchy_dirs(root)
+        .into_iter()
+        .map(|h| h.join(rel))
+        .find(|d| d.is_dir())
+    {
+        collect_members(&dir, &mut out);
+    }
+    out
+}
+
+fn collect_members(dir: &Path, out: &mut Vec<i32>) {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    out.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_members(&e.path(), out);
+            }
+        }
+    }
+}
+
 /// How long [`remove`] waits for the processes it killed to leave a cgroup.
 const EMPTY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -304,6 +331,21 @@ mod tests {
         }
         assert!(create_and_join(r, "/", 1).is_err());
         assert!(create_and_join(r, "/a/../b", 1).is_err());
+    }
+
+    #[test]
+    fn members_are_read_below_the_path_in_the_first_hierarchy_that_has_it() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        touch(r, "blkio/cgroup.procs");
+        touch(r, "memory/cgroup.procs");
+        std::fs::create_dir_all(r.join("memory/pod/c1/sub")).unwrap();
+        std::fs::write(r.join("memory/pod/c1/cgroup.procs"), "10\n11\n").unwrap();
+        std::fs::write(r.join("memory/pod/c1/sub/cgroup.procs"), "12\n").unwrap();
+        let mut pids = members(r, "/pod/c1");
+        pids.sort();
+        assert_eq!(pids, vec![10, 11, 12]);
+        assert!(members(r, "/pod/none").is_empty());
     }
 
     #[test]

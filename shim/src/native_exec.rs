@@ -13,7 +13,6 @@
 use crate::nsexec::spec::{self, Config, Lsm, Process};
 use crate::reaper::Reaper;
 use crate::residents::{ExecRequest, Residents};
-use crate::runc::Runc;
 use crate::runtime_cli::{CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus};
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -40,7 +39,7 @@ impl ExecMode {
 }
 
 pub struct NativeExec {
-    runc: Arc<Runc>,
+    runc: Arc<dyn RuntimeCli>,
     residents: Residents,
     lsm: Lsm,
     spec_verdicts: SpecVerdicts,
@@ -48,7 +47,8 @@ pub struct NativeExec {
 
 impl NativeExec {
     /// `helper`: this program (`peapod-shim`), run as `peapod-shim nsexec --resident`.
-    pub fn new(runc: Arc<Runc>, helper: PathBuf, reaper: Arc<Reaper>) -> NativeExec {
+    /// `runc`: the runtime underneath (runc, or the shim's own doing of runc's commands).
+    pub fn new(runc: Arc<dyn RuntimeCli>, helper: PathBuf, reaper: Arc<Reaper>) -> NativeExec {
         NativeExec {
             runc,
             residents: Residents::new(helper, reaper),

@@ -12,13 +12,13 @@
 
 use crate::nsexec::pause::{self, PauseSpec};
 use crate::nsexec::spec::{self, Lsm};
+use crate::pidfd::Pidfd;
 use crate::reaper::Reaper;
 use crate::runtime_cli::{
     CreateCommand, ExecCommand, ProcessIo, RuntimeCli, RuntimeCliError, RuntimeStatus,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -28,42 +28,17 @@ const NAME: &str = "peapod-shim nsexec --pause";
 /// A pause this shim started.
 struct Started {
     pid: u32,
-    pidfd: OwnedFd,
+    pidfd: Pidfd,
     cgroups_path: String,
 }
 
 impl Started {
-    /// Whether the pause still runs (its pidfd becomes readable when it exits).
     fn running(&self) -> bool {
-        let mut fd = libc::pollfd {
-            fd: self.pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll of one live descriptor, no waiting.
-        let n = unsafe { libc::poll(&mut fd, 1, 0) };
-        n == 0
+        self.pidfd.running()
     }
 
     fn signal(&self, signal: u32) -> std::io::Result<()> {
-        // SAFETY: pidfd_send_signal on a live pidfd with no siginfo.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                signal as libc::c_int,
-                std::ptr::null::<libc::siginfo_t>(),
-                0u32,
-            )
-        };
-        match r {
-            0 => Ok(()),
-            _ => match std::io::Error::last_os_error() {
-                // Exited already: what a kill wants.
-                e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
-                e => Err(e),
-            },
-        }
+        self.pidfd.signal(signal)
     }
 }
 
@@ -154,16 +129,7 @@ impl NativePause {
             })?;
         // The pause is this shim's child (cloned with CLONE_PARENT) and not reaped before its
         // exit is subscribed to, so the pid names it here.
-        // SAFETY: pidfd_open with integer arguments; the descriptor is owned from here on.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
-        if fd < 0 {
-            return Err(undo(format!(
-                "pidfd_open({pid}): {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: a fresh descriptor.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let pidfd = Pidfd::open(pid).map_err(|e| undo(format!("pidfd_open({pid}): {e}")))?;
         self.map().insert(
             id.to_string(),
             Arc::new(Started {

@@ -3,7 +3,7 @@
 
 use crate::native_exec::{ExecMode, NativeExec};
 use crate::native_pause::NativePause;
-use crate::native_start::NativeStart;
+use crate::native_runc::NativeRunc;
 use crate::process_control::HostProcesses;
 use crate::reaper::Reaper;
 use crate::runc::Runc;
@@ -46,15 +46,17 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
         reaper.clone(),
     ));
     let helper = std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?;
+    // Innermost, on runc: the runc commands the shim does itself (start, kill, delete), so
+    // that the exec layer above removes a container's resident helper before either deletes.
+    let runc: Arc<dyn RuntimeCli> = Arc::new(NativeRunc::new(
+        runc,
+        &args.runtime,
+        args.runtime_root.clone(),
+    ));
     let cli: Arc<dyn RuntimeCli> = match args.exec {
         ExecMode::Runtime => runc,
         ExecMode::Native => Arc::new(NativeExec::new(runc, helper.clone(), reaper.clone())),
     };
-    let cli: Arc<dyn RuntimeCli> = Arc::new(NativeStart::new(
-        cli,
-        &args.runtime,
-        args.runtime_root.clone(),
-    ));
     // Outermost: the pause's create never reaches the runtime when the helper can do it.
     let cli: Arc<dyn RuntimeCli> = Arc::new(NativePause::new(cli, helper, reaper.clone()));
     let tasks = Arc::new(TaskService::new(

@@ -2,8 +2,8 @@
 //! pause `runc run` starts (`native_pause = false`): the same pod on both daemons, and the
 //! two processes compared as the kernel shows them. Then a dead shim's native pause, which
 //! the OCI runtime does not know, is found by its cgroup and killed. And the runtime calls
-//! of a pod brought up, counted by a runc that logs them: none for the pause, one (create)
-//! per container, whose start the shim does.
+//! of a pod's life, counted by a runc that logs them: none for the pause, one (create) per
+//! container, whose start, kill and delete the shim does.
 
 use e2e::fixtures::{sandbox_config, verbose_info};
 use e2e::pods::{self, Images};
@@ -347,5 +347,87 @@ async fn a_pod_up_costs_one_runtime_call_per_container_and_none_for_the_pause() 
         1,
         "{again}"
     );
+    // Stopped and removed: killed and deleted by the shim too, leaving nothing of it.
+    stop_and_remove(&mut d, &pod_id).await;
+    let all = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(all.lines().filter(|c| c.contains(&ctr)).count(), 1, "{all}");
+    assert!(!alive(pid as u32));
+    assert!(!host::cgroup_exists(&d.cgroup_parent, &ctr));
+    assert!(
+        !d.state.join("runc").join(&ctr).exists(),
+        "runc's state of it is gone"
+    );
+    assert!(runtime_ids(&d).is_empty(), "{:?}", runtime_ids(&d));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_kills_every_process_of_a_container_in_the_pods_pid_namespace() {
+    let mut d = TestDaemon::start("native_kill_all").await;
+    let images = Images::start();
+    let image = images.push("killall/busybox:1", &pods::busybox());
+    d.pull(&image).await;
+    // The pod's PID namespace: the container's init is not its namespace's init, so killing
+    // the init alone would leave its child running.
+    let config = pod(&d, "forks");
+    let (pod_id, _) = run(&mut d, config.clone()).await;
+    let app = pods::sh("app", &image, "sleep 1000 & exec sleep 1001");
+    let ctr = d
+        .cri
+        .runtime
+        .create_container(cri::CreateContainerRequest {
+            pod_sandbox_id: pod_id.clone(),
+            config: Some(app),
+            sandbox_config: Some(config),
+        })
+        .await
+        .expect("CreateContainer")
+        .into_inner()
+        .container_id;
+    d.start_container(&ctr).await.expect("StartContainer");
+    let cgroup = format!("{}/{ctr}", d.cgroup_parent.trim_end_matches('/'));
+    let members = || {
+        let procs = std::path::Path::new("/sys/fs/cgroup/pids")
+            .join(cgroup.trim_start_matches('/'))
+            .join("cgroup.procs");
+        let unified = std::path::Path::new("/sys/fs/cgroup")
+            .join(cgroup.trim_start_matches('/'))
+            .join("cgroup.procs");
+        let text = std::fs::read_to_string(&procs)
+            .or_else(|_| std::fs::read_to_string(&unified))
+            .unwrap_or_default();
+        text.lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while members().len() < 2 {
+        assert!(Instant::now() < deadline, "{:?}", members());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let both = members();
+    d.cri
+        .runtime
+        .stop_container(cri::StopContainerRequest {
+            container_id: ctr.clone(),
+            timeout: 0,
+        })
+        .await
+        .expect("StopContainer");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while both.iter().any(|p| alive(*p)) {
+        assert!(Instant::now() < deadline, "still running: {both:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let exited = d.container_status(&ctr).await;
+    assert_eq!(exited.state, cri::ContainerState::ContainerExited as i32);
+    d.cri
+        .runtime
+        .remove_container(cri::RemoveContainerRequest {
+            container_id: ctr.clone(),
+        })
+        .await
+        .expect("RemoveContainer");
+    assert!(!host::cgroup_exists(&d.cgroup_parent, &ctr));
+    assert!(!d.state.join("runc").join(&ctr).exists());
     stop_and_remove(&mut d, &pod_id).await;
 }

@@ -1,0 +1,72 @@
+//! A process the shim started, held by a pidfd: whether it runs and signals to it, without
+//! the pid being reused under us (the pidfd names the process, not the number).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+pub struct Pidfd(OwnedFd);
+
+impl Pidfd {
+    /// The pidfd of `pid`. Call it while `pid` cannot have been reaped (the shim's own child
+    /// whose exit it has not yet taken), so that it names the process meant.
+    pub fn open(pid: u32) -> std::io::Result<Pidfd> {
+        // SAFETY: pidfd_open with integer arguments; the descriptor is owned from here on.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor.
+        Ok(Pidfd(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+    }
+
+    /// Whether the process still runs (its pidfd becomes readable when it exits).
+    pub fn running(&self) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll of one live descriptor, no waiting.
+        unsafe { libc::poll(&mut fd, 1, 0) == 0 }
+    }
+
+    /// Sends `signal`; a process that has exited already is not an error.
+    pub fn signal(&self, signal: u32) -> std::io::Result<()> {
+        // SAFETY: pidfd_send_signal on a live pidfd with no siginfo.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                signal as libc::c_int,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            )
+        };
+        match r {
+            0 => Ok(()),
+            _ => match std::io::Error::last_os_error() {
+                e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_is_seen_running_then_gone_after_a_signal() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let fd = Pidfd::open(child.id()).unwrap();
+        assert!(fd.running());
+        fd.signal(libc::SIGKILL as u32).unwrap();
+        child.wait().unwrap();
+        assert!(!fd.running());
+        // Exited (and reaped): signalling it again is still fine, and reaches nobody else.
+        fd.signal(libc::SIGKILL as u32).unwrap();
+    }
+}
