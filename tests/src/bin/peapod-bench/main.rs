@@ -34,10 +34,11 @@
 //! peapod-bench --scale 20,300,1000 --target name=peapod,endpoint=unix:///…,daemon-pid=N
 //!              --target name=containerd,endpoint=unix:///…,daemon-pid=M,shim-match=TEXT
 //!              [--calls 200] [--rounds 10] [--idle-seconds 30] [--parallel 8] [--exec-calls 20]
-//!              [--image REF]
+//!              [--image REF] [--probe-seconds S]
 //! ```
 
 mod lifecycle;
+mod probes;
 mod pull;
 mod scale;
 
@@ -81,6 +82,7 @@ fn parse_scale() -> Option<scale::ScaleArgs> {
         parallel: 8,
         exec_calls: 20,
         image: None,
+        probe_seconds: 0,
     };
     let mut it = argv.into_iter();
     while let Some(flag) = it.next() {
@@ -100,6 +102,7 @@ fn parse_scale() -> Option<scale::ScaleArgs> {
             "--parallel" => a.parallel = number(value()),
             "--exec-calls" => a.exec_calls = number(value()),
             "--image" => a.image = Some(value()),
+            "--probe-seconds" => a.probe_seconds = number(value()) as u64,
             other => panic!("unknown flag {other} (with --scale)"),
         }
     }

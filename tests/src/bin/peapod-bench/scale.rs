@@ -49,6 +49,8 @@ pub struct ScaleArgs {
     pub parallel: usize,
     pub exec_calls: usize,
     pub image: Option<String>,
+    /// Seconds of exec probes on every pod at each level (0: none; `probes.rs`).
+    pub probe_seconds: u64,
 }
 
 /// `name=x,endpoint=unix://…,daemon-pid=N,daemon-match=TEXT,shim-match=TEXT,cgroup-parent=/p,
@@ -130,10 +132,10 @@ impl Call {
 }
 
 /// One target while the benchmark runs.
-struct Live {
-    cri: Cri,
+pub struct Live {
+    pub cri: Cri,
     /// (pod id, container id) of every pod made, in order.
-    pods: Vec<(String, String)>,
+    pub pods: Vec<(String, String)>,
     image: String,
     /// Where it stopped growing, and why.
     full: Option<String>,
@@ -383,7 +385,7 @@ async fn grow(t: &Target, live: &mut Live, to: usize, parallel: usize, run: u32)
 }
 
 /// ExecSync `true` in container `ctr`.
-async fn exec_true(c: &mut Cri, ctr: String) -> anyhow::Result<()> {
+pub async fn exec_true(c: &mut Cri, ctr: String) -> anyhow::Result<()> {
     let r = c
         .runtime
         .exec_sync(cri::ExecSyncRequest {
@@ -762,6 +764,9 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             }
         }
         print_level(&args, level, &figs, &lives);
+        for (i, t) in args.targets.iter().enumerate() {
+            crate::probes::run(t, &lives[i], args.probe_seconds).await;
+        }
         for (i, f) in figs.into_iter().enumerate() {
             all[i].push(f);
         }
