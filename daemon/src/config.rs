@@ -57,7 +57,8 @@ image = "registry.k8s.io/pause:3.10"
 # Start each pod's pause without the OCI runtime: the shim's helper makes its namespaces and
 # cgroup and execs the pause binary chrooted in its root, unprivileged (a few milliseconds,
 # where `<runtime> run` takes tens). Pods it cannot start so (their own user namespace, the
-# systemd cgroup driver) use the runtime anyway; false: always the runtime.
+# systemd cgroup driver, a runtime other than runc, crun or youki) use the runtime anyway;
+# false: always the runtime.
 native_pause = true
 
 [cni]

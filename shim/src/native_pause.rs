@@ -42,8 +42,14 @@ impl Started {
     }
 }
 
+/// Runtimes whose pause is a plain process in namespaces, as the helper makes it. Another
+/// runc-compatible CLI (gVisor's runsc, a VM runtime) makes its sandbox its own way.
+const PLAIN_RUNTIMES: [&str; 3] = ["runc", "crun", "youki"];
+
 pub struct NativePause {
     runtime: Arc<dyn RuntimeCli>,
+    /// The runtime is one of [`PLAIN_RUNTIMES`].
+    plain_runtime: bool,
     helper: PathBuf,
     reaper: Arc<Reaper>,
     lsm: Lsm,
@@ -52,9 +58,20 @@ pub struct NativePause {
 
 impl NativePause {
     /// `helper`: this program (`peapod-shim`), run as `peapod-shim nsexec --pause`.
-    pub fn new(runtime: Arc<dyn RuntimeCli>, helper: PathBuf, reaper: Arc<Reaper>) -> NativePause {
+    /// `runtime_binary`: the OCI runtime's command (the helper stands in for plain ones).
+    pub fn new(
+        runtime: Arc<dyn RuntimeCli>,
+        runtime_binary: &str,
+        helper: PathBuf,
+        reaper: Arc<Reaper>,
+    ) -> NativePause {
+        let plain_runtime = Path::new(runtime_binary)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| PLAIN_RUNTIMES.contains(&n));
         NativePause {
             runtime,
+            plain_runtime,
             helper,
             reaper,
             lsm: Lsm::of_host(),
@@ -77,6 +94,9 @@ impl NativePause {
         }
         if c.console_socket.is_some() {
             return Err("a terminal".into());
+        }
+        if !self.plain_runtime {
+            return Err("a runtime that makes its own sandboxes".into());
         }
         let spec: PauseSpec = spec::read(&c.bundle.join("config.json"))?;
         match pause::unsupported(&spec, &self.lsm) {
@@ -324,7 +344,13 @@ pub(crate) mod tests {
             dir.path(),
             "echo ran > \"$(dirname \"$0\")/ran\"; echo cannot >&2; exit 1",
         );
-        let pause = NativePause::new(runtime.clone(), ran, reaper.clone());
+        let pause = NativePause::new(
+            runtime.clone(),
+            "/usr/sbin/runc",
+            ran.clone(),
+            reaper.clone(),
+        );
+        let runsc = NativePause::new(runtime.clone(), "runsc", ran, reaper.clone());
 
         // Not asked for: the runtime, and no helper.
         std::fs::write(bundle.join("config.json"), PAUSE).unwrap();
@@ -341,6 +367,13 @@ pub(crate) mod tests {
             .await
             .unwrap();
         assert!(!dir.path().join("ran").exists());
+        // A runtime that makes its own sandboxes (gVisor): the runtime, no helper.
+        std::fs::write(bundle.join("config.json"), PAUSE).unwrap();
+        runsc
+            .create("r", command(&bundle, &pid_file, true))
+            .await
+            .unwrap();
+        assert!(!dir.path().join("ran").exists());
         // Supported, but the helper fails: its undo, then the runtime.
         std::fs::write(bundle.join("config.json"), PAUSE).unwrap();
         pause
@@ -354,7 +387,7 @@ pub(crate) mod tests {
                 .trim(),
             "cannot"
         );
-        assert_eq!(runtime.calls(), vec!["run a", "run b", "run c"]);
+        assert_eq!(runtime.calls(), vec!["run a", "run b", "run r", "run c"]);
         // None of them is native: every command goes to the runtime.
         pause.kill("c", 9, false).await.unwrap();
         assert_eq!(runtime.calls().last().map(String::as_str), Some("kill c 9"));

@@ -58,7 +58,8 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
         ExecMode::Native => Arc::new(NativeExec::new(runc, helper.clone(), reaper.clone())),
     };
     // Outermost: the pause's create never reaches the runtime when the helper can do it.
-    let cli: Arc<dyn RuntimeCli> = Arc::new(NativePause::new(cli, helper, reaper.clone()));
+    let cli: Arc<dyn RuntimeCli> =
+        Arc::new(NativePause::new(cli, &args.runtime, helper, reaper.clone()));
     let tasks = Arc::new(TaskService::new(
         cli,
         Arc::new(HostProcesses::new(reaper)),
