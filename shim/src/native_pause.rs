@@ -10,6 +10,7 @@
 //! starting, runc's state, mounts of a root nothing reads); the helper does what the pause's
 //! spec asks in a few milliseconds.
 
+use crate::native_runc::remove_cgroup;
 use crate::nsexec::pause::{self, PauseSpec};
 use crate::nsexec::spec::{self, Lsm};
 use crate::pidfd::Pidfd;
@@ -30,16 +31,6 @@ struct Started {
     pid: u32,
     pidfd: Pidfd,
     cgroups_path: String,
-}
-
-impl Started {
-    fn running(&self) -> bool {
-        self.pidfd.running()
-    }
-
-    fn signal(&self, signal: u32) -> std::io::Result<()> {
-        self.pidfd.signal(signal)
-    }
 }
 
 /// Runtimes whose pause is a plain process in namespaces, as the helper makes it. Another
@@ -124,32 +115,37 @@ impl NativePause {
         cmd.stdin(stdin).stdout(stdout).stderr(log_file);
         let (_, exit) = self.reaper.spawn(&mut cmd).map_err(spawn_error)?;
         let code = exit.await.unwrap_or(255);
-        let undo = |message: String| {
-            // Whatever joined the cgroup (a pause that started and failed later) goes with it.
-            let root = Path::new(peapod_host::cgroup::DEFAULT_ROOT);
-            let _ = peapod_host::cgroup::remove(root, &spec.linux.cgroups_path);
-            RuntimeCliError::Failed {
-                runtime: NAME.into(),
-                command: "run".into(),
-                exit_status: code,
-                message,
+        let started = match code {
+            0 => std::fs::read_to_string(c.pid_file)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+                .ok_or_else(|| format!("no pid in {}", c.pid_file.display()))
+                // The pause is this shim's child (cloned with CLONE_PARENT) and not reaped
+                // before its exit is subscribed to, so the pid names it here.
+                .and_then(|pid| {
+                    Pidfd::open(pid)
+                        .map(|fd| (pid, fd))
+                        .map_err(|e| format!("pidfd_open({pid}): {e}"))
+                }),
+            _ => Err(std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .trim()
+                .to_string()),
+        };
+        let (pid, pidfd) = match started {
+            Ok(started) => started,
+            Err(message) => {
+                // Whatever joined the cgroup (a pause that started and failed later) goes
+                // with it.
+                let _ = remove_cgroup(&spec.linux.cgroups_path).await;
+                return Err(RuntimeCliError::Failed {
+                    runtime: NAME.into(),
+                    command: "run".into(),
+                    exit_status: code,
+                    message,
+                });
             }
         };
-        if code != 0 {
-            let words = std::fs::read_to_string(&log).unwrap_or_default();
-            return Err(undo(words.trim().to_string()));
-        }
-        let pid = std::fs::read_to_string(c.pid_file)
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .ok_or_else(|| RuntimeCliError::NoPidFile {
-                runtime: NAME.into(),
-                command: "run".into(),
-                path: c.pid_file.to_path_buf(),
-            })?;
-        // The pause is this shim's child (cloned with CLONE_PARENT) and not reaped before its
-        // exit is subscribed to, so the pid names it here.
-        let pidfd = Pidfd::open(pid).map_err(|e| undo(format!("pidfd_open({pid}): {e}")))?;
         self.map().insert(
             id.to_string(),
             Arc::new(Started {
@@ -163,19 +159,11 @@ impl NativePause {
 }
 
 fn spawn_error(source: std::io::Error) -> RuntimeCliError {
-    RuntimeCliError::Spawn {
-        runtime: NAME.into(),
-        source,
-    }
+    RuntimeCliError::spawn(NAME, source)
 }
 
 fn not_supported(command: &str) -> RuntimeCliError {
-    RuntimeCliError::Failed {
-        runtime: NAME.into(),
-        command: command.into(),
-        exit_status: 1,
-        message: "not supported for a pause started natively".into(),
-    }
+    RuntimeCliError::failed(NAME, command, "not supported for a pause started natively")
 }
 
 #[async_trait]
@@ -223,7 +211,7 @@ impl RuntimeCli for NativePause {
     }
     async fn state(&self, id: &str) -> Result<Option<RuntimeStatus>, RuntimeCliError> {
         match self.native(id) {
-            Some(p) if p.running() => Ok(Some(RuntimeStatus::Running)),
+            Some(p) if p.pidfd.running() => Ok(Some(RuntimeStatus::Running)),
             Some(_) => Ok(Some(RuntimeStatus::Stopped)),
             None => self.runtime.state(id).await,
         }
@@ -231,12 +219,10 @@ impl RuntimeCli for NativePause {
     async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), RuntimeCliError> {
         // `all` is the same here: nothing but the pause is in its cgroup.
         match self.native(id) {
-            Some(p) => p.signal(signal).map_err(|e| RuntimeCliError::Failed {
-                runtime: NAME.into(),
-                command: "kill".into(),
-                exit_status: 1,
-                message: e.to_string(),
-            }),
+            Some(p) => p
+                .pidfd
+                .signal(signal)
+                .map_err(|e| RuntimeCliError::failed(NAME, "kill", e.to_string())),
             None => self.runtime.kill(id, signal, all).await,
         }
     }
@@ -244,29 +230,23 @@ impl RuntimeCli for NativePause {
         let Some(p) = self.native(id) else {
             return self.runtime.delete(id, force).await;
         };
-        if p.running() {
+        if p.pidfd.running() {
             if !force {
-                return Err(RuntimeCliError::Failed {
-                    runtime: NAME.into(),
-                    command: "delete".into(),
-                    exit_status: 1,
-                    message: format!("pause {id} (pid {}) is running", p.pid),
-                });
+                return Err(RuntimeCliError::failed(
+                    NAME,
+                    "delete",
+                    format!("pause {id} (pid {}) is running", p.pid),
+                ));
             }
-            p.signal(libc::SIGKILL as u32).map_err(spawn_error)?;
+            p.pidfd.signal(libc::SIGKILL as u32).map_err(spawn_error)?;
         }
         // Waits for the killed to leave before each directory goes.
-        let path = p.cgroups_path.clone();
-        tokio::task::spawn_blocking(move || {
-            peapod_host::cgroup::remove(Path::new(peapod_host::cgroup::DEFAULT_ROOT), &path)
-        })
-        .await
-        .map_err(|e| spawn_error(std::io::Error::other(e)))?
-        .map_err(|e| RuntimeCliError::Failed {
-            runtime: NAME.into(),
-            command: "delete".into(),
-            exit_status: 1,
-            message: format!("remove the cgroup {}: {e}", p.cgroups_path),
+        remove_cgroup(&p.cgroups_path).await.map_err(|e| {
+            RuntimeCliError::failed(
+                NAME,
+                "delete",
+                format!("remove the cgroup {}: {e}", p.cgroups_path),
+            )
         })?;
         self.map().remove(id);
         Ok(())
@@ -297,7 +277,7 @@ impl RuntimeCli for NativePause {
     }
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeCliError> {
         match self.native(id) {
-            Some(p) if p.running() => Ok(vec![p.pid]),
+            Some(p) if p.pidfd.running() => Ok(vec![p.pid]),
             Some(_) => Ok(Vec::new()),
             None => self.runtime.ps(id).await,
         }

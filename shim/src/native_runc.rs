@@ -38,7 +38,7 @@ const START_WITHIN: Duration = Duration::from_secs(30);
 
 /// A container runc created for this shim.
 struct Created {
-    pid: u32,
+    /// The init's, opened when create returned.
     pidfd: Pidfd,
     /// Its cgroupfs path when the shim may delete it itself (no poststop hooks).
     deletable: Option<String>,
@@ -93,27 +93,32 @@ impl NativeRunc {
                 .signal(libc::SIGKILL as u32)
                 .map_err(|e| failed("delete", e.to_string()))?;
         }
-        let path = cgroups_path.to_string();
-        let removed = tokio::task::spawn_blocking(move || {
-            peapod_host::cgroup::remove(Path::new(peapod_host::cgroup::DEFAULT_ROOT), &path)?;
-            match std::fs::remove_dir_all(&state_dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            }
-        })
-        .await
-        .map_err(|e| failed("delete", e.to_string()))?;
-        removed.map_err(|e| failed("delete", e.to_string()))
+        remove_cgroup(cgroups_path)
+            .await
+            .map_err(|e| failed("delete", format!("remove the cgroup {cgroups_path}: {e}")))?;
+        match std::fs::remove_dir_all(&state_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed(
+                "delete",
+                format!("remove {}: {e}", state_dir.display()),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
 fn failed(command: &str, message: String) -> RuntimeCliError {
-    RuntimeCliError::Failed {
-        runtime: NAME.into(),
-        command: command.into(),
-        exit_status: 1,
-        message,
-    }
+    RuntimeCliError::failed(NAME, command, message)
+}
+
+/// Removes cgroup `path` from every hierarchy (what still runs in it killed and waited for),
+/// off the shim's single-threaded runtime: the wait for the killed to leave sleeps.
+pub(crate) async fn remove_cgroup(path: &str) -> std::io::Result<()> {
+    let path = path.to_string();
+    tokio::task::spawn_blocking(move || {
+        peapod_host::cgroup::remove(Path::new(peapod_host::cgroup::DEFAULT_ROOT), &path)
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// The cgroupfs path of the bundle's spec if the shim may delete the container itself: no
@@ -178,20 +183,9 @@ fn kill_all(cgroups_path: &str) {
     }
 }
 
-/// Whether process `pid` still runs (not gone, not a zombie).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command's closing parenthesis.
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
-/// runc's start of a created container: read the init's byte from its FIFO, then remove the
-/// FIFO. Blocking (run off the async runtime).
-fn release(fifo: &Path, pid: u32) -> Result<(), String> {
+/// runc's start of a created container: read the byte of the init (`init`) from its FIFO,
+/// then remove the FIFO. Blocking (run off the async runtime).
+fn release(fifo: &Path, init: &Pidfd) -> Result<(), String> {
     // Non-blocking open: the init, blocked opening its end for writing, is released by it.
     let mut file = std::fs::OpenOptions::new()
         .read(true)
@@ -216,7 +210,7 @@ fn release(fifo: &Path, pid: u32) -> Result<(), String> {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(format!("read {}: {e}", fifo.display())),
             }
-        } else if !alive(pid) {
+        } else if !init.running() {
             return Err("container process is already dead".into());
         } else if Instant::now() > deadline {
             return Err(format!(
@@ -238,7 +232,6 @@ impl RuntimeCli for NativeRunc {
             match Pidfd::open(pid) {
                 Ok(pidfd) => {
                     let c = Created {
-                        pid,
                         pidfd,
                         deletable: delete_by,
                     };
@@ -260,8 +253,7 @@ impl RuntimeCli for NativeRunc {
             // Started already: the runtime answers as it would.
             return self.runtime.start(id).await;
         }
-        let pid = c.pid;
-        let outcome = tokio::task::spawn_blocking(move || release(&fifo, pid))
+        let outcome = tokio::task::spawn_blocking(move || release(&fifo, &c.pidfd))
             .await
             .map_err(|e| e.to_string())
             .and_then(|r| r);
@@ -366,7 +358,8 @@ mod tests {
                 .unwrap();
             f.write_all(b"0").unwrap();
         });
-        release(&fifo, std::process::id()).unwrap();
+        let me = Pidfd::open(std::process::id()).unwrap();
+        release(&fifo, &me).unwrap();
         init.join().unwrap();
         assert!(!fifo.exists());
     }
@@ -378,8 +371,11 @@ mod tests {
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a valid C string.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o622) }, 0);
-        // A pid that runs nothing (beyond pid_max).
-        let err = release(&fifo, 4_194_304 + 1).unwrap_err();
+        // An init that has exited.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let init = Pidfd::open(child.id()).unwrap();
+        child.wait().unwrap();
+        let err = release(&fifo, &init).unwrap_err();
         assert!(err.contains("already dead"), "{err}");
         assert!(
             fifo.exists(),

@@ -274,19 +274,11 @@ fn stdio_fds(io: ProcessIo) -> std::io::Result<[OwnedFd; 3]> {
 }
 
 fn spawn_error(source: std::io::Error) -> RuntimeCliError {
-    RuntimeCliError::Spawn {
-        runtime: NAME.into(),
-        source,
-    }
+    RuntimeCliError::spawn(NAME, source)
 }
 
 fn failed(command: &str, message: String) -> RuntimeCliError {
-    RuntimeCliError::Failed {
-        runtime: NAME.into(),
-        command: command.into(),
-        exit_status: 1,
-        message,
-    }
+    RuntimeCliError::failed(NAME, command, message)
 }
 
 #[cfg(test)]

@@ -47,6 +47,27 @@ pub enum RuntimeCliError {
     },
 }
 
+impl RuntimeCliError {
+    /// `runtime` ran `command` and it failed with `message` (exit status 1: the shim's own
+    /// doing of a runtime command, or its helper's answer).
+    pub fn failed(runtime: &str, command: &str, message: impl Into<String>) -> RuntimeCliError {
+        RuntimeCliError::Failed {
+            runtime: runtime.into(),
+            command: command.into(),
+            exit_status: 1,
+            message: message.into(),
+        }
+    }
+
+    /// `runtime` could not be run at all.
+    pub fn spawn(runtime: &str, source: std::io::Error) -> RuntimeCliError {
+        RuntimeCliError::Spawn {
+            runtime: runtime.into(),
+            source,
+        }
+    }
+}
+
 /// Stdio for the process a runtime command starts: descriptors (not `Stdio`, so that they can
 /// also be handed to a container's resident exec helper over a socket); `None` is /dev/null.
 #[derive(Default)]

@@ -154,7 +154,7 @@ fn start(bundle: &Path) -> Result<i32, String> {
     };
     let root = bundle.join(&root.path);
     // Made before anything changes, so that every failure below is this process's alone.
-    let prepared = enter::prepare(process, None)?.with_root(&root)?;
+    let mut prepared = enter::prepare(process, None)?.with_root(&root)?;
     if let Some(adj) = process.oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
@@ -173,7 +173,6 @@ fn start(bundle: &Path) -> Result<i32, String> {
     for (key, value) in &spec.linux.sysctl {
         write_sysctl(key, value)?;
     }
-    let mut prepared = prepared;
     let flags = if new_pid_ns { libc::CLONE_NEWPID } else { 0 };
     enter::start_process(&mut prepared, [0, 1, 2], flags)
 }
