@@ -5,16 +5,14 @@
 //! of a pod's life, counted by a runc that logs them: none for the pause, one (create) per
 //! container, whose start, kill and delete the shim does.
 
-use e2e::fixtures::{sandbox_config, verbose_info};
-use e2e::pods::{self, Images};
+use e2e::pods::{self, Images, Pod};
 use e2e::{host, DaemonOptions, TestDaemon};
 use peapod_proto::v1 as cri;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// A pod sharing its PID namespace, with a sysctl of each kind the pause sets.
-fn pod(d: &TestDaemon, name: &str) -> cri::PodSandboxConfig {
-    let mut config = sandbox_config(name, &d.cgroup_parent);
+fn shared_pid_and_sysctls(config: &mut cri::PodSandboxConfig) {
     let linux = config.linux.get_or_insert_with(Default::default);
     linux.sysctls = [
         ("net.ipv4.ip_unprivileged_port_start", "81"),
@@ -29,52 +27,14 @@ fn pod(d: &TestDaemon, name: &str) -> cri::PodSandboxConfig {
         .namespace_options
         .get_or_insert_with(Default::default);
     ns.pid = cri::NamespaceMode::Pod as i32;
-    config
 }
 
-async fn run(d: &mut TestDaemon, config: cri::PodSandboxConfig) -> (String, u32) {
-    let id = match d
-        .cri
-        .runtime
-        .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(config),
-            runtime_handler: String::new(),
-        })
-        .await
-    {
-        Ok(r) => r.into_inner().pod_sandbox_id,
-        Err(e) => panic!("RunPodSandbox: {e}\n{}", d.log()),
-    };
-    let st = d
-        .cri
-        .runtime
-        .pod_sandbox_status(cri::PodSandboxStatusRequest {
-            pod_sandbox_id: id.clone(),
-            verbose: true,
-        })
-        .await
-        .expect("PodSandboxStatus")
-        .into_inner();
-    let pid = verbose_info(&st)["pid"].as_u64().expect("pid") as u32;
+/// That pod, running; and its pause's pid.
+async fn run(d: &mut TestDaemon, name: &str) -> (Pod, u32) {
+    let pod = d.run_pod_with(name, shared_pid_and_sysctls).await;
+    let pid = d.pod_info(&pod.id).await["pid"].as_u64().expect("pid") as u32;
     assert!(pid > 0);
-    (id, pid)
-}
-
-async fn stop_and_remove(d: &mut TestDaemon, id: &str) {
-    d.cri
-        .runtime
-        .stop_pod_sandbox(cri::StopPodSandboxRequest {
-            pod_sandbox_id: id.to_string(),
-        })
-        .await
-        .expect("StopPodSandbox");
-    d.cri
-        .runtime
-        .remove_pod_sandbox(cri::RemovePodSandboxRequest {
-            pod_sandbox_id: id.to_string(),
-        })
-        .await
-        .expect("RemovePodSandbox");
+    (pod, pid)
 }
 
 /// What a pause is, as the kernel shows it: ids, capabilities, no_new_privs, seccomp, its
@@ -186,10 +146,9 @@ async fn a_native_pause_is_what_runc_makes_of_the_same_spec() {
         },
     )
     .await;
-    let config = pod(&native, "same-pod");
-    let (n_id, n_pid) = run(&mut native, config).await;
-    let config = pod(&runc, "same-pod");
-    let (r_id, r_pid) = run(&mut runc, config).await;
+    let (n_pod, n_pid) = run(&mut native, "same-pod").await;
+    let (r_pod, r_pid) = run(&mut runc, "same-pod").await;
+    let (n_id, r_id) = (n_pod.id.clone(), r_pod.id.clone());
 
     // Started without the runtime, and with it.
     assert!(
@@ -225,17 +184,17 @@ async fn a_native_pause_is_what_runc_makes_of_the_same_spec() {
     );
 
     // Stopped and removed: its process and cgroup are gone.
-    stop_and_remove(&mut native, &n_id).await;
+    native.remove_pod(&n_pod).await;
     assert!(!host::cgroup_exists(&native.cgroup_parent, &n_id));
     assert!(!alive(n_pid));
-    stop_and_remove(&mut runc, &r_id).await;
+    runc.remove_pod(&r_pod).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_pause_dies_with_its_shim() {
     let mut d = TestDaemon::start("native_pause_shim").await;
-    let config = pod(&d, "orphan");
-    let (id, pid) = run(&mut d, config).await;
+    let (pod, pid) = run(&mut d, "orphan").await;
+    let id = pod.id.clone();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     let shim: i32 = status
         .lines()
@@ -255,7 +214,7 @@ async fn a_native_pause_dies_with_its_shim() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!host::cgroup_exists(&d.cgroup_parent, &id));
-    stop_and_remove(&mut d, &id).await;
+    d.remove_pod(&pod).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,22 +252,11 @@ async fn a_pod_up_costs_one_runtime_call_per_container_and_none_for_the_pause() 
     d.pull(&image).await;
     let _ = std::fs::remove_file(&log);
 
-    let config = pod(&d, "counted");
-    let (pod_id, _) = run(&mut d, config.clone()).await;
-    let app = pods::container("app", &image, &["sleep"], &["1000"]);
+    let (pod, _) = run(&mut d, "counted").await;
+    let pod_id = pod.id.clone();
     let ctr = d
-        .cri
-        .runtime
-        .create_container(cri::CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(app),
-            sandbox_config: Some(config),
-        })
-        .await
-        .expect("CreateContainer")
-        .into_inner()
-        .container_id;
-    d.start_container(&ctr).await.expect("StartContainer");
+        .run_container(&pod, pods::container("app", &image, &["sleep"], &["1000"]))
+        .await;
     let running = d.container_status(&ctr).await;
     assert_eq!(running.state, cri::ContainerState::ContainerRunning as i32);
 
@@ -348,7 +296,7 @@ async fn a_pod_up_costs_one_runtime_call_per_container_and_none_for_the_pause() 
         "{again}"
     );
     // Stopped and removed: killed and deleted by the shim too, leaving nothing of it.
-    stop_and_remove(&mut d, &pod_id).await;
+    d.remove_pod(&pod).await;
     let all = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(all.lines().filter(|c| c.contains(&ctr)).count(), 1, "{all}");
     assert!(!alive(pid as u32));
@@ -368,22 +316,13 @@ async fn a_stop_kills_every_process_of_a_container_in_the_pods_pid_namespace() {
     d.pull(&image).await;
     // The pod's PID namespace: the container's init is not its namespace's init, so killing
     // the init alone would leave its child running.
-    let config = pod(&d, "forks");
-    let (pod_id, _) = run(&mut d, config.clone()).await;
-    let app = pods::sh("app", &image, "sleep 1000 & exec sleep 1001");
+    let (pod, _) = run(&mut d, "forks").await;
     let ctr = d
-        .cri
-        .runtime
-        .create_container(cri::CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(app),
-            sandbox_config: Some(config),
-        })
-        .await
-        .expect("CreateContainer")
-        .into_inner()
-        .container_id;
-    d.start_container(&ctr).await.expect("StartContainer");
+        .run_container(
+            &pod,
+            pods::sh("app", &image, "sleep 1000 & exec sleep 1001"),
+        )
+        .await;
     let cgroup = format!("{}/{ctr}", d.cgroup_parent.trim_end_matches('/'));
     let members = || {
         let procs = std::path::Path::new("/sys/fs/cgroup/pids")
@@ -429,5 +368,5 @@ async fn a_stop_kills_every_process_of_a_container_in_the_pods_pid_namespace() {
         .expect("RemoveContainer");
     assert!(!host::cgroup_exists(&d.cgroup_parent, &ctr));
     assert!(!d.state.join("runc").join(&ctr).exists());
-    stop_and_remove(&mut d, &pod_id).await;
+    d.remove_pod(&pod).await;
 }
