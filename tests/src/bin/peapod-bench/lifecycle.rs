@@ -3,7 +3,7 @@
 //! (StopPodSandbox + RemovePodSandbox), and a fleet of pods brought up `parallel` at a time.
 //! The pods are the scale run's (kubelet-like labels and annotations).
 
-use crate::scale::{down_one, up_one_timed, Phases};
+use crate::scale::{down_one, up_one_timed, up_parallel, Phases};
 use crate::{ms, percentile};
 use e2e::Cri;
 use std::time::{Duration, Instant};
@@ -71,35 +71,22 @@ pub async fn run(c: &Cri, a: &LifecycleArgs<'_>, run_id: u32) -> anyhow::Result<
 
     if a.fleet > 0 {
         let start = Instant::now();
-        let mut set = tokio::task::JoinSet::new();
-        let mut next = 0;
-        let mut up = Vec::with_capacity(a.fleet);
-        let mut failed = None;
-        loop {
-            while failed.is_none() && set.len() < a.parallel.max(1) && next < a.fleet {
-                set.spawn(up_one_timed(
-                    c.clone(),
-                    run_id,
-                    a.runs + next,
-                    a.cgroup_parent.to_string(),
-                    a.handler.to_string(),
-                    a.image.to_string(),
-                ));
-                next += 1;
-            }
-            match set.join_next().await {
-                None => break,
-                Some(Ok(Ok((_, (pod, _))))) => up.push(pod),
-                Some(Ok(Err(e))) => failed = Some(e),
-                Some(Err(e)) => failed = Some(e.into()),
-            }
-        }
+        let (up, failed) = up_parallel(
+            c,
+            run_id,
+            a.runs..a.runs + a.fleet,
+            a.parallel,
+            a.cgroup_parent,
+            a.handler,
+            a.image,
+        )
+        .await;
         let took = start.elapsed();
-        for pod in up {
+        for (pod, _) in up {
             down_one(c.clone(), pod).await?;
         }
-        if let Some(e) = failed {
-            return Err(e.context("fleet: a pod did not come up"));
+        if let Some(why) = failed {
+            anyhow::bail!("fleet: a pod did not come up: {why}");
         }
         println!(
             "{} pods, {} at a time: {:.2} s",

@@ -347,32 +347,59 @@ pub async fn down_one(mut c: Cri, pod: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Grows `live` to `to` pods, `parallel` at a time; stops at the first failure (recorded in
-/// `live.full`). Returns the time it took.
-async fn grow(t: &Target, live: &mut Live, to: usize, parallel: usize, run: u32) -> Duration {
-    let start = Instant::now();
+/// Pods `from..to` of run `run` brought up on `c`, `parallel` at a time, stopping at the
+/// first failure: the (pod, container) ids of those that came up, and why one did not.
+pub async fn up_parallel(
+    c: &Cri,
+    run: u32,
+    pods: std::ops::Range<usize>,
+    parallel: usize,
+    parent: &str,
+    handler: &str,
+    image: &str,
+) -> (Vec<(String, String)>, Option<String>) {
     let mut set = tokio::task::JoinSet::new();
-    let mut next = live.pods.len();
+    let mut next = pods.start;
+    let mut up = Vec::with_capacity(pods.len());
     let mut failed = None;
     loop {
-        while failed.is_none() && set.len() < parallel.max(1) && next < to {
+        while failed.is_none() && set.len() < parallel.max(1) && next < pods.end {
             set.spawn(up_one(
-                live.cri.clone(),
+                c.clone(),
                 run,
                 next,
-                t.cgroup_parent.clone(),
-                t.handler.clone(),
-                live.image.clone(),
+                parent.to_string(),
+                handler.to_string(),
+                image.to_string(),
             ));
             next += 1;
         }
         match set.join_next().await {
             None => break,
-            Some(Ok(Ok(ids))) => live.pods.push(ids),
+            Some(Ok(Ok(ids))) => up.push(ids),
             Some(Ok(Err(e))) => failed = Some(e.to_string()),
             Some(Err(e)) => failed = Some(e.to_string()),
         }
     }
+    (up, failed)
+}
+
+/// Grows `live` to `to` pods, `parallel` at a time; stops at the first failure (recorded in
+/// `live.full`). Returns the time it took.
+async fn grow(t: &Target, live: &mut Live, to: usize, parallel: usize, run: u32) -> Duration {
+    let start = Instant::now();
+    let from = live.pods.len();
+    let (up, failed) = up_parallel(
+        &live.cri,
+        run,
+        from..to.max(from),
+        parallel,
+        &t.cgroup_parent,
+        &t.handler,
+        &live.image,
+    )
+    .await;
+    live.pods.extend(up);
     if let Some(why) = failed {
         eprintln!(
             "{}: could not grow past {} pods: {why}",
