@@ -18,6 +18,11 @@ impl Pidfd {
         Ok(Pidfd(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
     }
 
+    /// The descriptor itself (to join the process's namespaces with setns, or to poll).
+    pub fn into_owned(self) -> OwnedFd {
+        self.0
+    }
+
     /// Whether the process still runs (its pidfd becomes readable when it exits).
     pub fn running(&self) -> bool {
         let mut fd = libc::pollfd {

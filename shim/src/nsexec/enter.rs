@@ -116,13 +116,9 @@ fn hierarchy_mount(mountinfo: &str, controllers: &str) -> Option<String> {
 }
 
 fn pidfd_open(pid: i32) -> Result<OwnedFd, String> {
-    // SAFETY: pidfd_open with integer arguments; the descriptor is owned from here on.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(os(format_args!("pidfd_open({pid})")));
-    }
-    // SAFETY: a fresh descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    crate::pidfd::Pidfd::open(pid as u32)
+        .map(crate::pidfd::Pidfd::into_owned)
+        .map_err(|e| format!("pidfd_open({pid}): {e}"))
 }
 
 fn pipe() -> Result<(std::fs::File, std::fs::File), String> {
