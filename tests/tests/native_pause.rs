@@ -370,3 +370,41 @@ async fn a_stop_kills_every_process_of_a_container_in_the_pods_pid_namespace() {
     assert!(!d.state.join("runc").join(&ctr).exists());
     d.remove_pod(&pod).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_neither_way_can_start_leaves_nothing() {
+    let mut d = TestDaemon::start("native_pause_fails").await;
+    // Well-formed, so the daemon passes it on; no kernel has it, so the helper fails after
+    // joining the pause's cgroup and entering its namespaces, and runc fails on it after it.
+    let err = d
+        .run_pod_on("no-such-sysctl", "", |c| {
+            shared_pid_and_sysctls(c);
+            let linux = c.linux.get_or_insert_with(Default::default);
+            linux
+                .sysctls
+                .insert("net.ipv4.peapod_no_such_key".into(), "1".into());
+        })
+        .await
+        .expect_err("a sysctl no kernel has");
+    assert!(
+        err.message().contains("peapod_no_such_key"),
+        "{}",
+        err.message()
+    );
+    // No pod, no cgroup (where a pause would be), nothing in the runtime.
+    let pods = d
+        .cri
+        .runtime
+        .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+        .await
+        .expect("ListPodSandbox")
+        .into_inner()
+        .items;
+    assert!(pods.is_empty(), "{pods:?}");
+    assert!(
+        host::cgroups_under(&d.cgroup_parent).is_empty(),
+        "{:?}",
+        host::cgroups_under(&d.cgroup_parent)
+    );
+    assert!(runtime_ids(&d).is_empty(), "{:?}", runtime_ids(&d));
+}
