@@ -38,7 +38,6 @@
 //! ```
 
 mod lifecycle;
-mod probes;
 mod pull;
 mod scale;
 

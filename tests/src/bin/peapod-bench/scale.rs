@@ -22,6 +22,8 @@
 //! target that cannot grow to a level (a limit of the machine) stops there, says so, and is
 //! measured at what it holds. At the end every pod is stopped and removed.
 
+mod probes;
+
 use e2e::Cri;
 use peapod_proto::v1 as cri;
 use prost::Message as _;
@@ -792,7 +794,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         }
         print_level(&args, level, &figs, &lives);
         for (i, t) in args.targets.iter().enumerate() {
-            crate::probes::run(t, &lives[i], args.probe_seconds).await;
+            probes::run(t, &lives[i], args.probe_seconds).await;
         }
         for (i, f) in figs.into_iter().enumerate() {
             all[i].push(f);

@@ -6,7 +6,7 @@
 //! busy time in a quiet window just before (every runtime idle, pods up), is what the probes
 //! cost the node; it is printed in % of one CPU, with the probes' latency.
 
-use crate::scale::{exec_true, Live, Target};
+use super::{exec_true, Live, Target};
 use std::time::{Duration, Instant};
 
 /// (busy, total) jiffies of the whole machine.
