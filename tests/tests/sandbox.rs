@@ -138,6 +138,17 @@ async fn two_pods_get_their_own_network_and_leave_nothing_behind() {
     assert_eq!(host::ipv4_addrs_in(&va.netns, "eth0"), vec![va.ip.clone()]);
     assert_eq!(host::ipv4_addrs_in(&vb.netns, "eth0"), vec![vb.ip.clone()]);
     assert_eq!(host::bridge_ports(&d.bridge).len(), 2);
+    // Loopback is up in each (the runtime brings it up, no CNI plugin) and answers.
+    assert_eq!(host::ipv4_addrs_in(&va.netns, "lo"), vec!["127.0.0.1"]);
+    let ping = host::in_netns(
+        &va.netns,
+        &["busybox", "ping", "-c", "1", "-W", "3", "127.0.0.1"],
+    );
+    assert!(
+        ping.status.success(),
+        "ping 127.0.0.1: {}",
+        String::from_utf8_lossy(&ping.stdout)
+    );
 
     // The pause container holds the pod's UTS namespace with the configured hostname.
     let hn = host::in_namespaces_of(va.pid, &["--uts"], &["hostname"]);

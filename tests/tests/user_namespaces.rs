@@ -61,6 +61,7 @@ const SCRIPT: &str = "cat /proc/self/uid_map /proc/self/gid_map; echo ids $(id -
     echo sysctl $(cat /proc/sys/net/ipv4/ip_unprivileged_port_start); \
     echo addr $(ip -4 -o addr show eth0); \
     echo image-volume $(stat -c '%u:%g' /img/bin/busybox); \
+    echo lo $(ip -4 -o addr show lo | grep -o 'inet [0-9./]*'); \
     echo done; sleep 300 & wait";
 
 /// The uid_map a new container `name` of `pod` sees (its first line, split).
@@ -192,6 +193,8 @@ async fn a_pod_with_its_own_user_namespace() {
     assert!(!ip.is_empty());
     assert!(text[9].contains(&format!(" {ip}/")), "{ip}: {text:?}");
     assert_eq!(text[10], "image-volume 0:0", "{text:?}");
+    // The namespace owned by the pod's user namespace has its loopback up too.
+    assert_eq!(text[11], "lo inet 127.0.0.1/8", "{text:?}");
 
     // Seen from the host: container root is the mapping's host id, and what it wrote is
     // stored with that id in the container's own writable layer (only the shared image layers

@@ -82,16 +82,6 @@ impl NetworkList {
             .collect()
     }
 
-    /// The loopback network run before the pod network, as containerd does.
-    pub fn loopback() -> NetworkList {
-        NetworkList {
-            name: "cni-loopback".into(),
-            cni_version: "1.0.0".into(),
-            plugins: vec![json!({"type": "loopback"})],
-            source: "built-in".into(),
-        }
-    }
-
     /// The network used when the configuration directory has none. `subnet` is the pod
     /// CIDR when the kubelet gave one (UpdateRuntimeConfig), else the configured default: it
     /// is the range itself, not an `ipRanges` capability, because host-local prepends

@@ -22,7 +22,8 @@ pub trait PodNetwork: Send + Sync {
     /// What CNI ADD will be called with (the network, CNI_ARGS, capabilities), without a
     /// result yet: recorded before ADD runs, so that a crash during ADD leaves what DEL needs.
     fn plan(&self, sandbox_id: &str, config: &PodSandboxConfig) -> Result<CniAttachment>;
-    /// CNI ADD of loopback and the planned pod network on `netns`; returns the ADD result.
+    /// CNI ADD of the planned pod network on `netns` (its loopback is up since it was made:
+    /// `crate::host_ops::netns`); returns the ADD result.
     async fn setup(&self, sandbox_id: &str, netns: &Path, plan: &CniAttachment) -> Result<Value>;
     /// CNI DEL with what ADD used.
     async fn teardown(&self, sandbox_id: &str, netns: &Path, cni: &CniAttachment) -> Result<()>;
@@ -127,9 +128,8 @@ impl Network {
             Ok(l) => l,
             Err(e) => return not_ready(format!("cni config invalid: {e}")),
         };
-        let mut types = list.plugin_types();
-        types.push("loopback".into());
-        let missing: Vec<String> = types
+        let missing: Vec<String> = list
+            .plugin_types()
             .into_iter()
             .filter(|t| cni::find_plugin(&self.invoker.bin_dirs, t).is_none())
             .collect();
@@ -205,29 +205,12 @@ impl PodNetwork for Network {
 
     async fn setup(&self, sandbox_id: &str, netns: &Path, plan: &CniAttachment) -> Result<Value> {
         let (list, att) = attachment(sandbox_id, netns, plan)?;
-        let lo = Attachment {
-            ifname: "lo",
-            ..att.clone()
-        };
-        self.invoker.add(&NetworkList::loopback(), &lo).await?;
         self.invoker.add(&list, &att).await
     }
 
     async fn teardown(&self, sandbox_id: &str, netns: &Path, cni: &CniAttachment) -> Result<()> {
         let (list, att) = attachment(sandbox_id, netns, cni)?;
-        let result = self.invoker.del(&list, &att, &cni.result).await;
-        let lo = Attachment {
-            ifname: "lo",
-            ..att
-        };
-        if let Err(e) = self
-            .invoker
-            .del(&NetworkList::loopback(), &lo, &Value::Null)
-            .await
-        {
-            tracing::debug!(error = %e, "loopback DEL");
-        }
-        result
+        self.invoker.del(&list, &att, &cni.result).await
     }
 }
 
