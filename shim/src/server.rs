@@ -14,7 +14,6 @@ use crate::{extension, Args};
 use containerd_shim_protos::shim_async::create_task;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use ttrpc::asynchronous::Server;
 
@@ -72,7 +71,7 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
     let mut services = create_task(Arc::new(TaskApi(tasks.clone())));
     let (name, service) = extension::service(tasks);
     services.insert(name, service);
-    let mut server = serve_ttrpc(&args.socket, services).await?;
+    let server = serve_ttrpc(&args.socket, services).await?;
     // Exit when asked to, or when SIGTERM arrives (containers keep running in that case: their
     // exits are then recorded by nobody, which is why the daemon only ever sends Shutdown).
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -85,10 +84,62 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
         }
         let _ = done_tx.send(());
     });
-    let _ = done_rx.await;
-    // Let the Shutdown reply reach the client before the socket goes away.
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let _ = server.shutdown().await;
+    close_after(server, done_rx).await;
     let _ = std::fs::remove_file(&args.socket);
     Ok(())
+}
+
+/// Shuts `server` down once `asked` resolves. The server's shutdown lets every request under
+/// way finish and writes out what their handlers answered (the Shutdown reply among them)
+/// before it returns, so no grace sleep is needed (one of 20 ms was most of
+/// RemovePodSandbox, whose daemon waits for the shim's exit).
+pub async fn close_after(mut server: Server, asked: impl std::future::Future) {
+    asked.await;
+    let _ = server.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fakes::{FakeProcesses, FakeRuntime};
+    use containerd_shim_protos::api::ShutdownRequest;
+    use containerd_shim_protos::shim_async::{Client, TaskClient};
+
+    /// The shim exits as soon as it is asked to, and the Shutdown reply still reaches the
+    /// client every time.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_shutdown_reply_reaches_the_client_before_the_server_closes() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let socket = dir.path().join("shim.sock");
+            let asked = Arc::new(Notify::new());
+            let processes = Arc::new(FakeProcesses::default());
+            let tasks = Arc::new(TaskService::new(
+                Arc::new(FakeRuntime::new(processes.clone())),
+                processes,
+                dir.path().to_path_buf(),
+                asked.clone(),
+            ));
+            let server = serve_ttrpc(&socket, create_task(Arc::new(TaskApi(tasks))))
+                .await
+                .unwrap();
+            let served = tokio::spawn(async move {
+                close_after(server, asked.notified()).await;
+            });
+            let raw = Client::connect(&format!("unix://{}", socket.display()))
+                .await
+                .unwrap();
+            let client = TaskClient::new(raw);
+            let mut req = ShutdownRequest::new();
+            req.now = true;
+            let reply = client
+                .shutdown(ttrpc::context::with_timeout(5_000_000_000), &req)
+                .await;
+            assert!(reply.is_ok(), "round {round}: {reply:?}");
+            tokio::time::timeout(std::time::Duration::from_secs(5), served)
+                .await
+                .expect("the server closes once asked")
+                .unwrap();
+        }
+    }
 }

@@ -15,7 +15,6 @@ use crate::task::TaskService;
 use containerd_shim_protos::shim_async::create_task;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::Notify;
 
 const TASK_V3: &str = "containerd.task.v3.Task";
@@ -65,18 +64,18 @@ async fn run(flags: &Flags, socket: &Path) -> Result<(), String> {
     if let Some(service) = v2.remove(TASK_V3) {
         services.insert(TASK_V2.to_string(), service);
     }
-    let mut server = crate::server::serve_ttrpc(socket, services).await?;
+    let server = crate::server::serve_ttrpc(socket, services).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("watch SIGTERM: {e}"))?;
     tokio::select! {
         _ = shutdown.notified() => {}
         _ = term.recv() => {}
     }
-    // Let the Shutdown reply reach containerd, then take the socket away first: a `start`
-    // for this pod from now on must launch a new shim, not find this one leaving.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Take the socket away first: a `start` for this pod from now on must launch a new
+    // shim, not find this one leaving. The connections already made stay, and the server's
+    // shutdown writes the Shutdown reply out (`crate::server::close_after`).
     let _ = std::fs::remove_file(socket);
     let _ = std::fs::remove_file(socket.with_extension("lock"));
-    let _ = server.shutdown().await;
+    crate::server::close_after(server, std::future::ready(())).await;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! (StopPodSandbox + RemovePodSandbox), and a fleet of pods brought up `parallel` at a time.
 //! The pods are the scale run's (kubelet-like labels and annotations).
 
-use crate::scale::{down_one, up_one_timed, up_parallel, Phases};
+use crate::scale::{down_one, down_one_timed, up_one_timed, up_parallel, Phases};
 use crate::{ms, percentile};
 use e2e::Cri;
 use std::time::{Duration, Instant};
@@ -51,9 +51,7 @@ pub async fn run(c: &Cri, a: &LifecycleArgs<'_>, run_id: u32) -> anyhow::Result<
     }
     let mut downs = Vec::with_capacity(pods.len());
     for pod in pods {
-        let start = Instant::now();
-        down_one(c.clone(), pod).await?;
-        downs.push(start.elapsed());
+        downs.push(down_one_timed(c.clone(), pod).await?);
     }
     if !phases.is_empty() {
         let of = |f: fn(&Phases) -> Duration| phases.iter().map(f).collect::<Vec<_>>();
@@ -66,7 +64,18 @@ pub async fn run(c: &Cri, a: &LifecycleArgs<'_>, run_id: u32) -> anyhow::Result<
         println!("  CreateContainer  {}", line(&mut of(|p| p.create)));
         println!("  StartContainer   {}", line(&mut of(|p| p.start)));
         println!("stop + remove (StopPodSandbox + RemovePodSandbox) of those pods:");
-        println!("  {}", line(&mut downs));
+        println!(
+            "  {}",
+            line(&mut downs.iter().map(|(s, r)| *s + *r).collect::<Vec<_>>())
+        );
+        println!(
+            "  StopPodSandbox   {}",
+            line(&mut downs.iter().map(|d| d.0).collect::<Vec<_>>())
+        );
+        println!(
+            "  RemovePodSandbox {}",
+            line(&mut downs.iter().map(|d| d.1).collect::<Vec<_>>())
+        );
     }
 
     if a.fleet > 0 {

@@ -335,18 +335,26 @@ pub async fn up_one_timed(
     Ok((phases, (pod, ctr)))
 }
 
-pub async fn down_one(mut c: Cri, pod: String) -> anyhow::Result<()> {
+pub async fn down_one(c: Cri, pod: String) -> anyhow::Result<()> {
+    down_one_timed(c, pod).await.map(drop)
+}
+
+/// StopPodSandbox then RemovePodSandbox of `pod`; how long each took.
+pub async fn down_one_timed(mut c: Cri, pod: String) -> anyhow::Result<(Duration, Duration)> {
+    let t = Instant::now();
     c.runtime
         .stop_pod_sandbox(cri::StopPodSandboxRequest {
             pod_sandbox_id: pod.clone(),
         })
         .await?;
+    let stop = t.elapsed();
+    let t = Instant::now();
     c.runtime
         .remove_pod_sandbox(cri::RemovePodSandboxRequest {
             pod_sandbox_id: pod,
         })
         .await?;
-    Ok(())
+    Ok((stop, t.elapsed()))
 }
 
 /// Pods `from..to` of run `run` brought up on `c`, `parallel` at a time, stopping at the
