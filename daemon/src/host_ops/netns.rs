@@ -7,8 +7,8 @@
 //! A new namespace gets its loopback up here, as CRI-O's ocicni does, rather than through the
 //! CNI loopback plugin that containerd runs: the kernel gives `lo` 127.0.0.1/8 (and ::1) when
 //! it goes up, which is all the plugin's ADD does, and its DEL (link down) is moot for a
-//! namespace about to go. That is a process exec'd less on each of RunPodSandbox's and
-//! StopPodSandbox's paths (about 8 ms each here).
+//! namespace about to go. That is a Go program's start less on each of RunPodSandbox's and
+//! StopPodSandbox's paths (the loopback ADD ran before the pod network's ADD).
 
 use crate::error::{Error, Result};
 use nix::mount::{mount, MsFlags};

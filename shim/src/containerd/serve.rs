@@ -64,7 +64,7 @@ async fn run(flags: &Flags, socket: &Path) -> Result<(), String> {
     if let Some(service) = v2.remove(TASK_V3) {
         services.insert(TASK_V2.to_string(), service);
     }
-    let server = crate::server::serve_ttrpc(socket, services).await?;
+    let mut server = crate::server::serve_ttrpc(socket, services).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("watch SIGTERM: {e}"))?;
     tokio::select! {
@@ -76,6 +76,6 @@ async fn run(flags: &Flags, socket: &Path) -> Result<(), String> {
     // shutdown writes the Shutdown reply out (`crate::server::close_after`).
     let _ = std::fs::remove_file(socket);
     let _ = std::fs::remove_file(socket.with_extension("lock"));
-    crate::server::close_after(server, std::future::ready(())).await;
+    let _ = server.shutdown().await;
     Ok(())
 }

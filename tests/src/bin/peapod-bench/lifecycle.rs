@@ -64,18 +64,11 @@ pub async fn run(c: &Cri, a: &LifecycleArgs<'_>, run_id: u32) -> anyhow::Result<
         println!("  CreateContainer  {}", line(&mut of(|p| p.create)));
         println!("  StartContainer   {}", line(&mut of(|p| p.start)));
         println!("stop + remove (StopPodSandbox + RemovePodSandbox) of those pods:");
-        println!(
-            "  {}",
-            line(&mut downs.iter().map(|(s, r)| *s + *r).collect::<Vec<_>>())
-        );
-        println!(
-            "  StopPodSandbox   {}",
-            line(&mut downs.iter().map(|d| d.0).collect::<Vec<_>>())
-        );
-        println!(
-            "  RemovePodSandbox {}",
-            line(&mut downs.iter().map(|d| d.1).collect::<Vec<_>>())
-        );
+        let of_downs =
+            |f: fn(&(Duration, Duration)) -> Duration| downs.iter().map(f).collect::<Vec<_>>();
+        println!("  {}", line(&mut of_downs(|d| d.0 + d.1)));
+        println!("  StopPodSandbox   {}", line(&mut of_downs(|d| d.0)));
+        println!("  RemovePodSandbox {}", line(&mut of_downs(|d| d.1)));
     }
 
     if a.fleet > 0 {
