@@ -69,12 +69,20 @@ impl ContainerService {
         }
     }
 
-    /// Stops (SIGKILL) every container of a sandbox, as StopPodSandbox must.
+    /// Stops (SIGKILL) every container of a sandbox, as StopPodSandbox must: all at once, each
+    /// under its own lock; the first error, once every stop has ended.
     pub(crate) async fn stop_all_of(&self, sandbox_id: &str) -> Result<()> {
-        for c in self.containers.of_sandbox(sandbox_id) {
-            let _op = c.op.lock().await;
-            self.stop_locked(&c, Duration::ZERO).await?;
-        }
-        Ok(())
+        let stops = self
+            .containers
+            .of_sandbox(sandbox_id)
+            .into_iter()
+            .map(|c| async move {
+                let _op = c.op.lock().await;
+                self.stop_locked(&c, Duration::ZERO).await
+            });
+        futures_util::future::join_all(stops)
+            .await
+            .into_iter()
+            .collect()
     }
 }

@@ -1,4 +1,5 @@
-//! StopPodSandbox: the pod's containers, then the sandbox's own steps, under the pod's locks.
+//! StopPodSandbox: the pod's containers and pause killed while its network is deleted, then
+//! the sandbox's last steps, under the pod's locks.
 
 use super::Pods;
 use crate::error::{Optional, Result};
@@ -29,7 +30,23 @@ impl Pods {
             self.settle_dead_shim(sandbox, "the pod's shim is gone")
                 .await;
         }
-        self.containers.stop_all_of(&sandbox.id).await?;
-        self.sandboxes.stop_own(sandbox).await
+        // The kills and CNI DEL side by side: StopPodSandbox kills with SIGKILL, so no process
+        // of the pod has a graceful end that needs its network, and DEL (three plugins' runs,
+        // most of this call) need not wait for the exits. A crash in between leaves the pod
+        // NOTREADY (recovery reads `cni.deleted`), never READY without a network.
+        let processes = async {
+            self.containers.stop_all_of(&sandbox.id).await?;
+            self.sandboxes.stop_processes(sandbox).await
+        };
+        let (stopped, ()) = tokio::join!(processes, self.sandboxes.stop_network(sandbox));
+        if let Err(e) = stopped {
+            // A kill failed and the call fails, for a retry to finish; a pod whose network is
+            // gone is not reported READY meanwhile.
+            if sandbox.snapshot().network_deleted() {
+                self.sandboxes.not_ready(sandbox);
+            }
+            return Err(e);
+        }
+        self.sandboxes.stop_finish(sandbox)
     }
 }

@@ -1,4 +1,4 @@
-//! StopPodSandbox's steps for the sandbox itself (`crate::pods::stop` runs them after the
+//! StopPodSandbox's steps for the sandbox itself (`crate::pods::stop` orders them with the
 //! pod's containers), and the steps it shares with RemovePodSandbox and with the cleanup of a
 //! failed RunPodSandbox.
 //!
@@ -18,16 +18,25 @@ use std::time::Duration;
 const PAUSE_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SandboxService {
-    /// StopPodSandbox's part once the pod's containers are stopped (`crate::pods` stops them,
-    /// holding the pod's locks): NRI, the pause, the network, /dev/shm, NOTREADY.
-    pub(crate) async fn stop_own(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
+    /// StopPodSandbox's part for the pod's processes, once its containers are stopped
+    /// (`crate::pods` stops them, holding the pod's locks): NRI, then the pause.
+    pub(crate) async fn stop_processes(&self, sandbox: &Sandbox) -> Result<()> {
         self.nri.stop_pod_sandbox(&sandbox.id).await;
-        self.stop_pause(sandbox).await?;
+        self.stop_pause(sandbox).await
+    }
+
+    /// StopPodSandbox's part for the pod's network: CNI DEL, then the namespace unpinned. A
+    /// failure is logged and kept in the record: RemovePodSandbox tries again.
+    pub(crate) async fn stop_network(&self, sandbox: &Sandbox) {
         if let Err(e) = self.teardown_network(sandbox).await {
-            // Kept in the record: RemovePodSandbox tries again.
             tracing::warn!(error = %e, "CNI DEL failed; will retry on remove");
         }
         crate::failpoint::hit("sandbox.stop.after-cni-del").await;
+    }
+
+    /// StopPodSandbox's last part, once its processes and network are gone: /dev/shm,
+    /// NOTREADY.
+    pub(crate) fn stop_finish(&self, sandbox: &Sandbox) -> Result<()> {
         if let Some(shm) = sandbox.get().shm {
             self.host.unmount(&shm)?;
         }

@@ -9,7 +9,8 @@ use peapod_proto::v1::{ContainerState, PodSandboxState};
 use tonic::{Code, Request};
 
 /// StopPodSandbox asks the shim for the pause's state before killing it: a failing answer
-/// fails the stop (the pod stays READY, its pause running), and a retry stops it.
+/// fails the stop (its pause still running; the pod NOTREADY, as the CNI DEL beside the kill
+/// took its network), and a retry stops it.
 #[tokio::test]
 async fn shim_state_failing_fails_the_stop_and_a_retry_stops() {
     let h = Harness::new().await;
@@ -17,7 +18,8 @@ async fn shim_state_failing_fails_the_stop_and_a_retry_stops() {
     h.faults.fail("shim.state");
     let err = h.stop_pod(&pod).await.unwrap_err();
     assert!(err.message().contains("shim.state"), "{err:?}");
-    assert_eq!(h.pod_state(&pod).await, PodSandboxState::SandboxReady);
+    assert_eq!(h.pod_state(&pod).await, PodSandboxState::SandboxNotready);
+    assert!(!h.network.attached().contains(&pod), "the network is gone");
     assert!(
         h.shim_tasks(&pod).contains(&pod),
         "the pause is still there"
