@@ -134,3 +134,30 @@ async fn orphans_no_record_claims_are_removed() {
         "what records claim stays"
     );
 }
+
+/// StopPodSandbox runs CNI DEL beside the kills: a crash after DEL but before the pause died
+/// leaves a READY record of a pod without a network. Recovery makes it NOTREADY; a stop then
+/// finishes it without a second DEL.
+#[tokio::test]
+async fn a_pod_whose_stop_deleted_its_network_is_not_ready_after_a_crash() {
+    let mut h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    // A stop whose DEL is done and whose pause kill is not...
+    h.faults.fail("shim.kill");
+    h.stop_pod(&pod).await.unwrap_err();
+    h.faults.heal("shim.kill");
+    assert_eq!(h.faults.count("cni.del"), 1);
+    // ...and the daemon gone before it recorded the pod NOTREADY.
+    let sb = h.rt.sandboxes.records().resolve(&pod).unwrap();
+    sb.update(|r| r.state = SandboxState::Ready).unwrap();
+    h.restart().await;
+    assert_eq!(h.pod_state(&pod).await, PodSandboxState::SandboxNotready);
+    assert!(
+        h.shim_tasks(&pod).contains(&pod),
+        "its pause is still there"
+    );
+    h.stop_pod(&pod).await.expect("StopPodSandbox");
+    assert_eq!(h.faults.count("cni.del"), 1, "DEL is not repeated");
+    h.remove_pod(&pod).await.unwrap();
+    h.assert_nothing_left().await;
+}
