@@ -299,7 +299,7 @@ async fn main() -> anyhow::Result<()> {
     if args.pull_rounds > 0 {
         let images = registry.get_or_insert_with(e2e::pods::Images::start);
         let reference = images.push("bench/large:1", &pull::image());
-        pull::run(&mut c, &reference, args.pull_rounds).await?;
+        pull::run(&mut c, &reference, args.pull_rounds, &args.daemon_match).await?;
     }
     drop(registry);
     for (pid, m) in &daemons {

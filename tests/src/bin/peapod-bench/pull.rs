@@ -102,19 +102,58 @@ async fn quiet_disks() {
     }
 }
 
+/// CPU time (user, system) the processes whose command line holds `daemon_match` have used
+/// so far, in seconds: what a pull costs the runtime whatever the disk does meanwhile.
+fn daemon_cpu(daemon_match: &str) -> (f64, f64) {
+    // SAFETY: sysconf only reads a constant of the system.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut total = (0.0, 0.0);
+    for pid in e2e::host::processes_with(daemon_match) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command's ")": state is field 3, utime 14 and stime 15.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        total.0 += ticks(11) / tick;
+        total.1 += ticks(12) / tick;
+    }
+    total
+}
+
 /// Pulls `reference` `rounds` times, removing it after each; prints each time and the p50,
-/// of the pull alone and of the pull and the sync after it. Each round starts from a synced
-/// disk, and the second figure counts what a runtime leaves for the kernel to write back
-/// later (which the first would otherwise charge to whatever runs next).
-pub async fn run(c: &mut Cri, reference: &str, rounds: usize) -> anyhow::Result<()> {
+/// of the pull alone and of the pull and the sync after it, and the daemon's CPU time per
+/// pull. Each round starts from a synced disk, and the second figure counts what a runtime
+/// leaves for the kernel to write back later (which the first would otherwise charge to
+/// whatever runs next).
+pub async fn run(
+    c: &mut Cri,
+    reference: &str,
+    rounds: usize,
+    daemon_match: &str,
+) -> anyhow::Result<()> {
     let mut times = Vec::with_capacity(rounds);
     let mut durable = Vec::with_capacity(rounds);
+    let mut user = Vec::with_capacity(rounds);
+    let mut system = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         sync().await;
         quiet_disks().await;
+        let cpu_before = daemon_cpu(daemon_match);
         let start = Instant::now();
         let image_ref = crate::pull(c, reference).await?;
         times.push(start.elapsed());
+        let cpu_after = daemon_cpu(daemon_match);
+        user.push(cpu_after.0 - cpu_before.0);
+        system.push(cpu_after.1 - cpu_before.1);
         sync().await;
         durable.push(start.elapsed());
         c.image
@@ -144,6 +183,13 @@ pub async fn run(c: &mut Cri, reference: &str, rounds: usize) -> anyhow::Result<
             "  with the sync after it: p50 {}  (each: {})",
             ms(percentile(&durable, 0.5)),
             each_durable.join(", ")
+        );
+        user.sort_by(f64::total_cmp);
+        system.sort_by(f64::total_cmp);
+        println!(
+            "  the daemon's CPU per pull: user p50 {:.2} s, system p50 {:.2} s",
+            user[user.len() / 2],
+            system[system.len() / 2]
         );
     }
     Ok(())
