@@ -335,8 +335,10 @@ impl ContainerService {
                 userns.as_ref(),
             )
             .await?;
-        let volumes = made.image_volumes.clone();
-        entry.update(|r| r.image_volumes = volumes)?;
+        if !made.image_volumes.is_empty() {
+            let volumes = made.image_volumes.clone();
+            entry.update(|r| r.image_volumes = volumes)?;
+        }
         // Volumes with the pod's id mapping: staged idmapped binds, detached when this drops
         // (after the runtime's create, which gives the container its own copies).
         let _idmapped = crate::blocking::off_runtime(|| {
@@ -405,14 +407,17 @@ impl ContainerService {
             .as_ref()
             .and_then(|p| p.user().additional_gids().clone())
             .unwrap_or_else(|| user.additional_gids.clone());
+        let shim = self.shims.get(&srec.id).await?;
+        // What ContainerStatus reports, and the intent (a record in `Creating` may have a task
+        // in the runtime: the cleanup deletes it), in one write.
+        made.shim_task = true;
         entry.update(|r| {
             r.uid = user.uid;
             r.gid = user.gid;
             r.supplemental_groups = supplemental_groups;
             r.config = config;
+            r.runtime_create_sent = true;
         })?;
-
-        let shim = self.shims.get(&srec.id).await?;
         let rec = entry.get();
         let task = NewTask {
             id,
@@ -433,9 +438,6 @@ impl ContainerService {
                 native: false,
             },
         };
-        // A record in `Creating` may have a task in the runtime: the cleanup deletes it.
-        made.shim_task = true;
-        entry.update(|r| r.runtime_create_sent = true)?;
         let pid = shim.create(&task).await?;
         crate::failpoint::hit("container.create.after-runtime-create").await;
         entry.update(|r| {

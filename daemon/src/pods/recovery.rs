@@ -18,8 +18,8 @@
 //!    (the shim's durable exit record if it wrote one, else 137 `ShimDied`), the pod
 //!    NOTREADY. RemovePodSandbox then releases what is left, CNI DEL included (DEL
 //!    tolerates a namespace that no longer exists). A READY sandbox whose pause is gone but
-//!    whose shim answers becomes NOTREADY, and so does one whose CNI DEL a StopPodSandbox
-//!    did (it runs beside the kills, so the pause may still be there).
+//!    whose shim answers becomes NOTREADY. (A StopPodSandbox records NOTREADY before it
+//!    kills anything or runs CNI DEL, so a stop cut short leaves it NOTREADY too.)
 //! 3. A container record in `Creating` is a half-made container: its runtime task (if any),
 //!    image volumes, rootfs, directories and record are removed; its name is free again.
 //! 4. A created container the runtime shows started (StartContainer was cut short) is
@@ -125,13 +125,6 @@ impl Pods {
                         report.lost += usize::from(state == SandboxState::Ready);
                     }
                     Some(_) if state == SandboxState::NotReady => {}
-                    Some(_) if sb.snapshot().network_deleted() => {
-                        // A stop was cut short after its CNI DEL (which runs beside the
-                        // kills): the pod has no network, whatever its pause is doing.
-                        tracing::info!(sandbox = %sb.id, "a stop deleted its network: not ready");
-                        self.sandboxes.mark_not_ready(&sb);
-                        report.lost += 1;
-                    }
                     Some(_) if self.sandboxes.pause_running(&sb).await => report.ready += 1,
                     Some(_) => {
                         tracing::info!(sandbox = %sb.id, "its pause is gone: not ready");

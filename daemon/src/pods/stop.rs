@@ -30,23 +30,22 @@ impl Pods {
             self.settle_dead_shim(sandbox, "the pod's shim is gone")
                 .await;
         }
+        let was_ready = self.sandboxes.begin_stop(sandbox)?;
         // The kills and CNI DEL side by side: StopPodSandbox kills with SIGKILL, so no process
         // of the pod has a graceful end that needs its network, and DEL (three plugins' runs,
-        // most of this call) need not wait for the exits. A crash in between leaves the pod
-        // NOTREADY (recovery reads `cni.deleted`), never READY without a network.
+        // most of this call) need not wait for the exits. The pod is NOTREADY from the start
+        // (`begin_stop`): a crash or a failed kill leaves it so, for a retry to finish.
         let processes = async {
             self.containers.stop_all_of(&sandbox.id).await?;
             self.sandboxes.stop_processes(sandbox).await
         };
         let (stopped, ()) = tokio::join!(processes, self.sandboxes.stop_network(sandbox));
         if let Err(e) = stopped {
-            // A kill failed and the call fails, for a retry to finish; a pod whose network is
-            // gone is not reported READY meanwhile.
-            if sandbox.snapshot().network_deleted() {
-                self.sandboxes.not_ready(sandbox);
+            if was_ready {
+                self.sandboxes.announce_stopped(sandbox);
             }
             return Err(e);
         }
-        self.sandboxes.stop_finish(sandbox)
+        self.sandboxes.stop_finish(sandbox, was_ready)
     }
 }

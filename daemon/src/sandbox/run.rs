@@ -223,32 +223,38 @@ impl SandboxService {
         let rec = sandbox.get();
         std::fs::create_dir_all(&rec.dir).map_err(|e| Error::path("create", &rec.dir, e))?;
         userns::give_to_pod_root(self.host.as_ref(), &rec.dir, &rec.config)?;
-        // Persisted first, so that a crash half-way leaves a record to clean up from.
-        sandbox.create_file()?;
+        // Persisted first, with the intents it can name already: the namespace's path and the
+        // CNI plan (everything DEL needs), so that a crash half-way leaves a record to clean
+        // up from and neither the pin nor ADD waits for a write of its own. A DEL whose ADD
+        // never ran finds nothing to remove, and CNI plugins must accept it.
+        let planned_netns = (net != NamespaceMode::Node).then(|| self.paths.netns_dir().join(&id));
+        let plan = match &planned_netns {
+            Some(_) => Some(self.network.plan(&id, &rec.config)?),
+            None => None,
+        };
+        sandbox.create_file_with(|r| {
+            r.netns = planned_netns.clone();
+            r.cni = plan;
+        })?;
         crate::failpoint::hit("sandbox.run.after-record").await;
 
         let started = std::time::Instant::now();
         // The pause container needs only the namespace to exist, not the network in it: CNI
         // runs while the shim and the pause container start.
-        if net != NamespaceMode::Node {
-            // The intent first: a crash after the pin leaves a record naming the namespace.
+        if let Some(planned) = &planned_netns {
             let userns = peapod_spec::pod_user_namespace(&rec.config)?;
-            let netns_dir = self.paths.netns_dir();
-            let planned = netns_dir.join(&id);
-            sandbox.update(|r| r.netns = Some(planned.clone()))?;
-            let path = self.host.pin_netns(&netns_dir, &id, userns.as_ref())?;
-            if path != planned {
+            let path = self
+                .host
+                .pin_netns(&self.paths.netns_dir(), &id, userns.as_ref())?;
+            if &path != planned {
                 sandbox.update(|r| r.netns = Some(path))?;
             }
             crate::failpoint::hit("sandbox.run.after-netns").await;
         }
         let rec = sandbox.get();
         let network = async {
-            if let Some(path) = &rec.netns {
-                // "CNI ADD started", with everything DEL needs, before ADD runs.
-                let plan = self.network.plan(&id, &rec.config)?;
-                sandbox.update(|r| r.cni = Some(plan.clone()))?;
-                let result = self.network.setup(&id, path, &plan).await?;
+            if let (Some(path), Some(plan)) = (&rec.netns, &rec.cni) {
+                let result = self.network.setup(&id, path, plan).await?;
                 crate::failpoint::hit("sandbox.run.after-cni-add").await;
                 let ips = crate::network::cni::result_ips(&result);
                 sandbox.update(|r| {

@@ -34,31 +34,36 @@ impl SandboxService {
         crate::failpoint::hit("sandbox.stop.after-cni-del").await;
     }
 
-    /// StopPodSandbox's last part, once its processes and network are gone: /dev/shm,
-    /// NOTREADY.
-    pub(crate) fn stop_finish(&self, sandbox: &Sandbox) -> Result<()> {
+    /// StopPodSandbox's first step: the pod NOTREADY, persisted before any of it is stopped,
+    /// so that neither a crash half-way nor a kill that fails leaves it READY without the
+    /// network its CNI DEL (run beside the kills) took. Returns whether it was READY: then
+    /// [`SandboxService::stop_finish`] tells event watchers, once it is stopped.
+    pub(crate) fn begin_stop(&self, sandbox: &Sandbox) -> Result<bool> {
+        sandbox.update_if(
+            |r| r.state != SandboxState::NotReady,
+            |r| r.state = SandboxState::NotReady,
+        )
+    }
+
+    /// StopPodSandbox's last part, once its processes and network are gone: /dev/shm, and
+    /// the event of its stop if [`SandboxService::begin_stop`] changed its state.
+    pub(crate) fn stop_finish(&self, sandbox: &Sandbox, was_ready: bool) -> Result<()> {
         if let Some(shm) = sandbox.get().shm {
             self.host.unmount(&shm)?;
         }
-        self.not_ready(sandbox);
+        if was_ready {
+            self.announce_stopped(sandbox);
+        }
         Ok(())
     }
 
-    /// Marks a sandbox NOTREADY (persisted) and, if that changed it, tells event watchers.
-    pub(crate) fn not_ready(&self, sandbox: &Sandbox) {
-        let changed = sandbox.update_if(
-            |r| r.state != SandboxState::NotReady,
-            |r| r.state = SandboxState::NotReady,
+    /// Tells event watchers that the sandbox stopped.
+    pub(crate) fn announce_stopped(&self, sandbox: &Sandbox) {
+        self.events.emit(
+            &sandbox.id,
+            &sandbox.id,
+            ContainerEventType::ContainerStoppedEvent,
         );
-        match changed {
-            Ok(true) => self.events.emit(
-                &sandbox.id,
-                &sandbox.id,
-                ContainerEventType::ContainerStoppedEvent,
-            ),
-            Ok(false) => {}
-            Err(e) => tracing::warn!(sandbox = %sandbox.id, error = %e, "persisting NotReady"),
-        }
     }
 
     /// The sandbox's shim, if it is (still) there.
@@ -99,11 +104,34 @@ impl SandboxService {
         }
     }
 
-    /// CNI DEL, then the netns unpinned (StopPodSandbox): a failed DEL keeps the namespace
-    /// for RemovePodSandbox to try again.
+    /// CNI DEL, then the netns unpinned (StopPodSandbox), both recorded in one write (a crash
+    /// before it repeats them, and each tolerates what is gone): a failed DEL keeps the
+    /// namespace for RemovePodSandbox to try again.
     pub(super) async fn teardown_network(&self, sandbox: &Sandbox) -> Result<()> {
-        self.cni_del(sandbox).await?;
-        self.unpin_netns(sandbox)
+        let rec = sandbox.snapshot();
+        let deleted = match (rec.cni.as_ref(), rec.netns.as_ref()) {
+            (Some(cni), Some(ns)) if !cni.deleted => {
+                self.network.teardown(&sandbox.id, ns, cni).await?;
+                true
+            }
+            _ => false,
+        };
+        let unpinned = match &rec.netns {
+            Some(ns) => self.host.unpin_netns(ns).map(|()| true),
+            None => Ok(false),
+        };
+        let unpinned_ok = matches!(unpinned, Ok(true));
+        if deleted || unpinned_ok {
+            sandbox.update(|r| {
+                if let Some(c) = r.cni.as_mut().filter(|_| deleted) {
+                    c.deleted = true;
+                }
+                if unpinned_ok {
+                    r.netns = None;
+                }
+            })?;
+        }
+        unpinned.map(drop)
     }
 
     /// CNI DEL with what ADD used, if ADD started and DEL has not succeeded yet.

@@ -68,12 +68,6 @@ impl SandboxRecord {
         let m = config.metadata.clone().unwrap_or_default();
         format!("{}_{}_{}_{}", m.name, m.namespace, m.uid, m.attempt)
     }
-
-    /// Its CNI DEL has run (a StopPodSandbox got that far): whatever its pause is doing, the
-    /// pod has no network and is not ready.
-    pub fn network_deleted(&self) -> bool {
-        self.cni.as_ref().is_some_and(|c| c.deleted)
-    }
 }
 
 impl Record for SandboxRecord {

@@ -217,11 +217,17 @@ impl<R: Record> Entry<R> {
 
     /// Persists a new object's record for the first time, making its directory.
     pub fn create_file(&self) -> Result<()> {
+        self.create_file_with(|_| {})
+    }
+
+    /// [`Entry::create_file`] with `f` applied to the record first: the intents known
+    /// before anything is made, in the same write.
+    pub fn create_file_with(&self, f: impl FnOnce(&mut R)) -> Result<()> {
         if let Some(dir) = self.file.parent() {
             crate::blocking::off_runtime(|| std::fs::create_dir_all(dir))
                 .map_err(|e| Error::path("create", dir, e))?;
         }
-        self.update(|_| {}).map(drop)
+        self.update(f).map(drop)
     }
 }
 

@@ -135,21 +135,17 @@ async fn orphans_no_record_claims_are_removed() {
     );
 }
 
-/// StopPodSandbox runs CNI DEL beside the kills: a crash after DEL but before the pause died
-/// leaves a READY record of a pod without a network. Recovery makes it NOTREADY; a stop then
-/// finishes it without a second DEL.
+/// StopPodSandbox records the pod NOTREADY before it kills anything or runs CNI DEL (which
+/// runs beside the kills): a stop cut short after DEL, its pause still there, leaves the pod
+/// NOTREADY across a restart, and the next stop finishes without a second DEL.
 #[tokio::test]
-async fn a_pod_whose_stop_deleted_its_network_is_not_ready_after_a_crash() {
+async fn a_stop_cut_short_after_cni_del_leaves_the_pod_not_ready_across_a_restart() {
     let mut h = Harness::new().await;
     let pod = h.run_pod("web").await.unwrap();
-    // A stop whose DEL is done and whose pause kill is not...
     h.faults.fail("shim.kill");
     h.stop_pod(&pod).await.unwrap_err();
     h.faults.heal("shim.kill");
     assert_eq!(h.faults.count("cni.del"), 1);
-    // ...and the daemon gone before it recorded the pod NOTREADY.
-    let sb = h.rt.sandboxes.records().resolve(&pod).unwrap();
-    sb.update(|r| r.state = SandboxState::Ready).unwrap();
     h.restart().await;
     assert_eq!(h.pod_state(&pod).await, PodSandboxState::SandboxNotready);
     assert!(
