@@ -35,11 +35,27 @@ impl Pods {
         // of the pod has a graceful end that needs its network, and DEL (three plugins' runs,
         // most of this call) need not wait for the exits. The pod is NOTREADY from the start
         // (`begin_stop`): a crash or a failed kill leaves it so, for a retry to finish.
+        let started = std::time::Instant::now();
         let processes = async {
             self.containers.stop_all_of(&sandbox.id).await?;
-            self.sandboxes.stop_processes(sandbox).await
+            let containers = started.elapsed();
+            self.sandboxes.stop_processes(sandbox).await?;
+            Ok::<_, crate::error::Error>((containers, started.elapsed()))
         };
-        let (stopped, ()) = tokio::join!(processes, self.sandboxes.stop_network(sandbox));
+        let network = async {
+            self.sandboxes.stop_network(sandbox).await;
+            started.elapsed()
+        };
+        let (stopped, network_time) = tokio::join!(processes, network);
+        let stopped = stopped.map(|(containers_time, processes_time)| {
+            tracing::info!(
+                total_ms = started.elapsed().as_millis() as u64,
+                containers_ms = containers_time.as_millis() as u64,
+                pause_ms = processes_time.as_millis() as u64,
+                network_ms = network_time.as_millis() as u64,
+                "pod sandbox stopped"
+            );
+        });
         if let Err(e) = stopped {
             if was_ready {
                 self.sandboxes.announce_stopped(sandbox);
