@@ -47,20 +47,20 @@ impl Pods {
             started.elapsed()
         };
         let (stopped, network_time) = tokio::join!(processes, network);
-        let stopped = stopped.map(|(containers_time, processes_time)| {
-            tracing::info!(
+        match stopped {
+            Ok((containers_time, processes_time)) => tracing::info!(
                 total_ms = started.elapsed().as_millis() as u64,
                 containers_ms = containers_time.as_millis() as u64,
                 pause_ms = processes_time.as_millis() as u64,
                 network_ms = network_time.as_millis() as u64,
                 "pod sandbox stopped"
-            );
-        });
-        if let Err(e) = stopped {
-            if was_ready {
-                self.sandboxes.announce_stopped(sandbox);
+            ),
+            Err(e) => {
+                if was_ready {
+                    self.sandboxes.announce_stopped(sandbox);
+                }
+                return Err(e);
             }
-            return Err(e);
         }
         self.sandboxes.stop_finish(sandbox, was_ready)
     }
