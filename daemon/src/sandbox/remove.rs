@@ -39,12 +39,13 @@ impl SandboxService {
     pub(crate) async fn destroy(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
         self.nri.remove_pod_sandbox(&sandbox.id).await;
         self.stop_pause(sandbox).await?;
-        if let Err(e) = self.cni_del(sandbox).await {
+        let deleted = self.cni_del(sandbox).await.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "CNI DEL failed on remove; the network namespace is removed anyway");
-        }
+            false
+        });
         // Unlike DEL, an unpin that fails fails the removal: the pod stays listed with the
         // namespace it names, and a retry unpins it.
-        self.unpin_netns(sandbox)?;
+        self.release_netns(sandbox, deleted)?;
         crate::failpoint::hit("sandbox.remove.after-cni-del").await;
         let rec = sandbox.get();
         if let Some(shm) = &rec.shm {

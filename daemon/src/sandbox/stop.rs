@@ -104,60 +104,45 @@ impl SandboxService {
         }
     }
 
-    /// CNI DEL, then the netns unpinned (StopPodSandbox), both recorded in one write (a crash
-    /// before it repeats them, and each tolerates what is gone): a failed DEL keeps the
-    /// namespace for RemovePodSandbox to try again.
+    /// CNI DEL, then the netns unpinned (StopPodSandbox): a failed DEL keeps the namespace
+    /// for RemovePodSandbox to try again.
     pub(super) async fn teardown_network(&self, sandbox: &Sandbox) -> Result<()> {
+        let deleted = self.cni_del(sandbox).await?;
+        self.release_netns(sandbox, deleted)
+    }
+
+    /// CNI DEL with what ADD used, if ADD started and DEL has not succeeded yet; whether it
+    /// ran. [`SandboxService::release_netns`] records it.
+    pub(super) async fn cni_del(&self, sandbox: &Sandbox) -> Result<bool> {
         let rec = sandbox.snapshot();
-        let deleted = match (rec.cni.as_ref(), rec.netns.as_ref()) {
+        match (rec.cni.as_ref(), rec.netns.as_ref()) {
             (Some(cni), Some(ns)) if !cni.deleted => {
                 self.network.teardown(&sandbox.id, ns, cni).await?;
-                true
+                Ok(true)
             }
-            _ => false,
-        };
-        let unpinned = match &rec.netns {
+            _ => Ok(false),
+        }
+    }
+
+    /// Unpins the pod's network namespace (and the user namespace pinned with it), and
+    /// records that with a CNI DEL that just `deleted`, in one write (a crash before it
+    /// repeats both, and each tolerates what is gone). A failed unpin still records the DEL.
+    pub(super) fn release_netns(&self, sandbox: &Sandbox, deleted: bool) -> Result<()> {
+        let unpinned = match &sandbox.snapshot().netns {
             Some(ns) => self.host.unpin_netns(ns).map(|()| true),
             None => Ok(false),
         };
-        let unpinned_ok = matches!(unpinned, Ok(true));
-        if deleted || unpinned_ok {
+        let unpinned_now = matches!(unpinned, Ok(true));
+        if deleted || unpinned_now {
             sandbox.update(|r| {
                 if let Some(c) = r.cni.as_mut().filter(|_| deleted) {
                     c.deleted = true;
                 }
-                if unpinned_ok {
+                if unpinned_now {
                     r.netns = None;
                 }
             })?;
         }
         unpinned.map(drop)
-    }
-
-    /// CNI DEL with what ADD used, if ADD started and DEL has not succeeded yet.
-    pub(super) async fn cni_del(&self, sandbox: &Sandbox) -> Result<()> {
-        let rec = sandbox.get();
-        let (Some(cni), Some(ns)) = (rec.cni.as_ref(), rec.netns.as_ref()) else {
-            return Ok(());
-        };
-        if cni.deleted {
-            return Ok(());
-        }
-        self.network.teardown(&sandbox.id, ns, cni).await?;
-        sandbox.update(|r| {
-            if let Some(c) = r.cni.as_mut() {
-                c.deleted = true;
-            }
-        })?;
-        Ok(())
-    }
-
-    /// Unpins the pod's network namespace (and the user namespace pinned with it).
-    pub(super) fn unpin_netns(&self, sandbox: &Sandbox) -> Result<()> {
-        if let Some(ns) = &sandbox.get().netns {
-            self.host.unpin_netns(ns)?;
-            sandbox.update(|r| r.netns = None)?;
-        }
-        Ok(())
     }
 }
