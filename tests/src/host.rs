@@ -129,6 +129,22 @@ pub fn remove_cgroup_tree(parent: &str) {
     }
 }
 
+/// CPU time a process has used so far, user and system, in clock ticks (every thread, dead
+/// ones too): `/proc/<proc>/stat`'s utime and stime, `proc` a pid or "self".
+pub fn cpu_ticks(proc: &str) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{proc}/stat")).ok()?;
+    // After the command's ")": state is field 3, utime 14 and stime 15.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
+}
+
+/// Clock ticks per second, the unit of [`cpu_ticks`].
+pub fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf only reads a constant of the system.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
+}
+
 /// Live (non-zombie) processes whose command line contains `needle`.
 pub fn processes_with(needle: &str) -> Vec<u32> {
     let mut out = Vec::new();
@@ -186,4 +202,20 @@ pub fn ipv4_addrs_in(netns: &Path, ifname: &str) -> Vec<String> {
                 .map(|a| a.split('/').next().unwrap_or(a).to_string())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_reads_a_process_that_has_worked_and_not_one_that_is_gone() {
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(50) {
+            std::hint::black_box(start.elapsed());
+        }
+        let (user, system) = cpu_ticks("self").expect("this process's stat");
+        assert!(user + system > 0, "50 ms of spinning shows: {user} {system}");
+        assert_eq!(cpu_ticks("0"), None);
+    }
 }

@@ -105,28 +105,13 @@ async fn quiet_disks() {
 /// CPU time (user, system) the processes whose command line holds `daemon_match` have used
 /// so far, in seconds: what a pull costs the runtime whatever the disk does meanwhile.
 fn daemon_cpu(daemon_match: &str) -> (f64, f64) {
-    // SAFETY: sysconf only reads a constant of the system.
-    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let mut total = (0.0, 0.0);
-    for pid in e2e::host::processes_with(daemon_match) {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // After the command's ")": state is field 3, utime 14 and stime 15.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        total.0 += ticks(11) / tick;
-        total.1 += ticks(12) / tick;
-    }
-    total
+    let tick = e2e::host::ticks_per_second();
+    e2e::host::processes_with(daemon_match)
+        .into_iter()
+        .filter_map(|pid| e2e::host::cpu_ticks(&pid.to_string()))
+        .fold((0.0, 0.0), |(u, s), (du, ds)| {
+            (u + du as f64 / tick, s + ds as f64 / tick)
+        })
 }
 
 /// Pulls `reference` `rounds` times, removing it after each; prints each time and the p50,

@@ -519,10 +519,8 @@ async fn call_once(live: &mut Live, kind: Call, rng: &mut Lcg) -> anyhow::Result
 /// utime + stime (clock ticks, every thread, dead ones too) of `pid`, and the context
 /// switches (voluntary and not) of each of its live threads.
 fn cpu_of(pid: u32) -> Option<(u64, HashMap<u32, u64>)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let (user, system) = e2e::host::cpu_ticks(&pid.to_string())?;
+    let ticks = user + system;
     let mut switches = HashMap::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
@@ -603,7 +601,7 @@ fn ms2(d: Duration) -> String {
 
 pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     let run = std::process::id();
-    let clk_tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let clk_tck = e2e::host::ticks_per_second();
     println!(
         "machine: {} CPUs, pid_max {}, tasks now {}, MemAvailable {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),

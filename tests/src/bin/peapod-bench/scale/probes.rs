@@ -28,13 +28,7 @@ fn machine_jiffies() -> (u64, u64) {
 
 /// This process's CPU time, in jiffies.
 fn own_jiffies() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let Some(end) = stat.rfind(')') else {
-        return 0;
-    };
-    let f: Vec<&str> = stat[end + 2..].split_whitespace().collect();
-    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    n(11) + n(12)
+    e2e::host::cpu_ticks("self").map_or(0, |(user, system)| user + system)
 }
 
 /// % of one CPU the machine spent over a window, less this process's share.
