@@ -85,6 +85,16 @@ async fn shm_mount_failure_leaves_nothing() {
     failure_leaves_nothing("shm.mount").await;
 }
 
+/// The CNI plan is made before the first record is written (it goes into that record): a
+/// plan that cannot be made (no network configuration readable) pins, adds and starts
+/// nothing, and leaves nothing.
+#[tokio::test]
+async fn a_cni_plan_failure_starts_nothing() {
+    let h = failure_leaves_nothing("cni.plan").await;
+    assert_eq!(h.faults.count("netns.pin"), 1, "only the retry pinned");
+    assert_eq!(h.faults.count("cni.add"), 1, "only the retry added");
+}
+
 #[tokio::test]
 async fn netns_failure_starts_nothing() {
     let h = Harness::new().await;

@@ -21,7 +21,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The calls the fakes saw, and the ones they are told to fail. Call names are
-/// `<fake>.<call>`: `shim.start`, `shim.create`, `cni.add`, `netns.pin`, `rootfs.create`, …
+/// `<fake>.<call>`: `shim.start`, `shim.create`, `cni.plan`, `cni.add`, `netns.pin`,
+/// `rootfs.create`, …
 #[derive(Default)]
 pub struct Faults {
     failing: Mutex<HashSet<String>>,
@@ -476,6 +477,7 @@ pub const POD_IP: &str = "10.88.0.7";
 #[async_trait]
 impl PodNetwork for FakeNetwork {
     fn plan(&self, _sandbox_id: &str, _config: &PodSandboxConfig) -> Result<CniAttachment> {
+        self.faults.check("cni.plan")?;
         Ok(CniAttachment {
             network: serde_json::json!({"name": "fake", "cniVersion": "1.0.0", "plugins": []}),
             result: serde_json::Value::Null,
