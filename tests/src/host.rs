@@ -215,7 +215,10 @@ mod tests {
             std::hint::black_box(start.elapsed());
         }
         let (user, system) = cpu_ticks("self").expect("this process's stat");
-        assert!(user + system > 0, "50 ms of spinning shows: {user} {system}");
+        assert!(
+            user + system > 0,
+            "50 ms of spinning shows: {user} {system}"
+        );
         assert_eq!(cpu_ticks("0"), None);
     }
 }
