@@ -113,6 +113,42 @@ impl AsyncFile {
         let inner = unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)?;
         Ok(AsyncFile { inner })
     }
+
+    /// Waits until the file can be read, reads at most `CHUNK` bytes into a buffer on the
+    /// stack and hands them to `each`; `None` at end of file (a pty master's EIO included).
+    ///
+    /// No buffer is held while waiting: a container's output streams sit idle almost all
+    /// the time, and a buffer each (32 KiB, one per stream) was most of an idle shim's heap.
+    /// The buffer lives only inside the synchronous read below, so every stream of the
+    /// shim's one thread shares the same stack pages.
+    pub async fn read_chunk<T>(&self, mut each: impl FnMut(&[u8]) -> T) -> io::Result<Option<T>> {
+        loop {
+            let mut guard = self.inner.readable().await?;
+            match read_into_stack(guard.get_inner().as_raw_fd(), &mut each) {
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) if err.raw_os_error() == Some(libc::EIO) => return Ok(None),
+                other => return other,
+            }
+        }
+    }
+}
+
+/// The most [`AsyncFile::read_chunk`] reads at once.
+pub const CHUNK: usize = 32 * 1024;
+
+/// One `read(2)` into a stack buffer, given to `each`; `None` at end of file. Kept out of
+/// the async function so that the buffer can never become part of a future's state.
+#[inline(never)]
+fn read_into_stack<T>(fd: RawFd, each: &mut impl FnMut(&[u8]) -> T) -> io::Result<Option<T>> {
+    let mut buf = [0u8; CHUNK];
+    // SAFETY: reading into a buffer of CHUNK bytes that we own.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    match n {
+        0 => Ok(None),
+        n if n > 0 => Ok(Some(each(&buf[..n as usize]))),
+        _ => Err(io::Error::last_os_error()),
+    }
 }
 
 impl AsyncRead for AsyncFile {

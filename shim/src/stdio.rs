@@ -14,12 +14,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio::sync::{broadcast, watch};
-
-/// Read size for output copying.
-const CHUNK: usize = 32 * 1024;
 
 type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
@@ -83,7 +80,7 @@ fn open_fifo(path: &str, write: bool) -> io::Result<OwnedFd> {
 pub struct IoHandle {
     stdin: Arc<tokio::sync::Mutex<Option<Writer>>>,
     master: Option<OwnedFd>,
-    output: Mutex<Option<broadcast::Sender<ServerFrame>>>,
+    output: Arc<Fanout>,
     /// Becomes true when every output stream reached EOF (and the log is flushed).
     done: watch::Receiver<bool>,
     stdin_once: bool,
@@ -124,13 +121,11 @@ impl IoHandle {
 
     /// Stops handing output to attach clients; their connections then end.
     pub fn close_output(&self) {
-        if let Ok(mut o) = self.output.lock() {
-            o.take();
-        }
+        self.output.close();
     }
 
     fn subscribe(&self) -> Option<broadcast::Receiver<ServerFrame>> {
-        self.output.lock().ok()?.as_ref().map(|tx| tx.subscribe())
+        self.output.subscribe()
     }
 }
 
@@ -191,38 +186,37 @@ pub fn prepare_init(
     })
 }
 
-async fn pump<R: AsyncRead + Unpin>(
-    mut reader: R,
+async fn pump(
+    reader: AsyncFile,
     stream: Stream,
     log: Option<Arc<Mutex<CriLog>>>,
-    out: broadcast::Sender<ServerFrame>,
+    out: Arc<Fanout>,
     mut copy_to: Option<Writer>,
 ) {
-    let mut buf = vec![0u8; CHUNK];
     loop {
-        let n = match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let data = &buf[..n];
-        if let Some(log) = &log {
-            if let Ok(mut l) = log.lock() {
-                if let Err(err) = l.write(stream, data) {
-                    eprintln!("peapod-shim: writing the container log: {err}");
+        // The log and the attach sessions take the chunk while it is in the read buffer;
+        // only a copy to a FIFO (an exec's terminal) needs it past an await.
+        let want_copy = copy_to.is_some();
+        let chunk = reader.read_chunk(|data| {
+            if let Some(log) = &log {
+                if let Ok(mut l) = log.lock() {
+                    if let Err(err) = l.write(stream, data) {
+                        eprintln!("peapod-shim: writing the container log: {err}");
+                    }
                 }
             }
-        }
-        if let Some(w) = copy_to.as_mut() {
-            if w.write_all(data).await.is_err() {
+            out.send(stream, data);
+            want_copy.then(|| data.to_vec())
+        });
+        let copy = match chunk.await {
+            Ok(Some(copy)) => copy,
+            Ok(None) | Err(_) => break,
+        };
+        if let (Some(w), Some(data)) = (copy_to.as_mut(), copy) {
+            if w.write_all(&data).await.is_err() {
                 copy_to = None;
             }
         }
-        let frame = match stream {
-            Stream::Stdout => ServerFrame::Stdout(data.to_vec()),
-            Stream::Stderr => ServerFrame::Stderr(data.to_vec()),
-        };
-        // No receiver is fine: nobody is attached.
-        let _ = out.send(frame);
     }
     if let Some(log) = &log {
         if let Ok(mut l) = log.lock() {
@@ -231,10 +225,79 @@ async fn pump<R: AsyncRead + Unpin>(
     }
 }
 
+/// A process's output on its way to attach sessions.
+///
+/// The broadcast channel (256 frames: 28 KiB) is made by the first attach, not with the
+/// process: most containers are never attached to, and until one is, output is not copied
+/// into frames at all.
+pub struct Fanout {
+    state: Mutex<FanoutState>,
+}
+
+enum FanoutState {
+    /// Nobody attached yet.
+    Idle,
+    Open(broadcast::Sender<ServerFrame>),
+    /// The process's output was handed over for the last time: attach sessions end.
+    Closed,
+}
+
+/// Frames an attach session may fall behind by before it loses some.
+const FANOUT_FRAMES: usize = 256;
+
+impl Fanout {
+    fn new() -> Arc<Fanout> {
+        Arc::new(Fanout {
+            state: Mutex::new(FanoutState::Idle),
+        })
+    }
+
+    fn closed() -> Arc<Fanout> {
+        Arc::new(Fanout {
+            state: Mutex::new(FanoutState::Closed),
+        })
+    }
+
+    fn send(&self, stream: Stream, data: &[u8]) {
+        let Ok(state) = self.state.lock() else { return };
+        let FanoutState::Open(tx) = &*state else {
+            return;
+        };
+        if tx.receiver_count() == 0 {
+            return;
+        }
+        let frame = match stream {
+            Stream::Stdout => ServerFrame::Stdout(data.to_vec()),
+            Stream::Stderr => ServerFrame::Stderr(data.to_vec()),
+        };
+        // A session that ended in between is fine.
+        let _ = tx.send(frame);
+    }
+
+    fn subscribe(&self) -> Option<broadcast::Receiver<ServerFrame>> {
+        let mut state = self.state.lock().ok()?;
+        match &*state {
+            FanoutState::Closed => None,
+            FanoutState::Open(tx) => Some(tx.subscribe()),
+            FanoutState::Idle => {
+                let (tx, rx) = broadcast::channel(FANOUT_FRAMES);
+                *state = FanoutState::Open(tx);
+                Some(rx)
+            }
+        }
+    }
+
+    fn close(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            *state = FanoutState::Closed;
+        }
+    }
+}
+
 impl PreparedInit {
     /// After a successful create: starts copying output and returns the handle.
     pub async fn start(mut self) -> io::Result<Arc<IoHandle>> {
-        let (out_tx, _) = broadcast::channel(256);
+        let out = Fanout::new();
         let (done_tx, done_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let (stdin, master): (Option<Writer>, Option<OwnedFd>) = match self.console.take() {
@@ -253,7 +316,7 @@ impl PreparedInit {
                     reader,
                     Stream::Stdout,
                     self.log.clone(),
-                    out_tx.clone(),
+                    out.clone(),
                     None,
                 )));
                 (Some(Box::new(writer) as Writer), Some(master))
@@ -269,7 +332,7 @@ impl PreparedInit {
                             reader,
                             stream,
                             self.log.clone(),
-                            out_tx.clone(),
+                            out.clone(),
                             None,
                         )));
                     }
@@ -290,7 +353,7 @@ impl PreparedInit {
         Ok(Arc::new(IoHandle {
             stdin: Arc::new(tokio::sync::Mutex::new(stdin)),
             master,
-            output: Mutex::new(Some(out_tx)),
+            output: out,
             done: done_rx,
             stdin_once: self.stdin_once,
             log: self.log,
@@ -350,14 +413,13 @@ pub fn prepare_exec(
 impl PreparedExec {
     /// After a successful exec: for a tty, copies between the FIFOs and the pty master.
     pub async fn start(mut self) -> io::Result<Arc<IoHandle>> {
-        let (out_tx, _) = broadcast::channel(1);
         let (done_tx, done_rx) = watch::channel(false);
         let Some(console) = self.console.take() else {
             let _ = done_tx.send(true);
             return Ok(Arc::new(IoHandle {
                 stdin: Arc::new(tokio::sync::Mutex::new(None)),
                 master: None,
-                output: Mutex::new(None),
+                output: Fanout::closed(),
                 done: done_rx,
                 stdin_once: false,
                 log: None,
@@ -374,7 +436,8 @@ impl PreparedExec {
             Some(fd) => Some(Box::new(AsyncFile::new(fd)?) as Writer),
             None => None,
         };
-        let pump_task = tokio::spawn(pump(reader, Stream::Stdout, None, out_tx, stdout));
+        // Nobody attaches to an exec: its output goes to the daemon's FIFO only.
+        let pump_task = tokio::spawn(pump(reader, Stream::Stdout, None, Fanout::closed(), stdout));
         tokio::spawn(async move {
             let _ = pump_task.await;
             let _ = done_tx.send(true);
@@ -391,7 +454,7 @@ impl PreparedExec {
         Ok(Arc::new(IoHandle {
             stdin: Arc::new(tokio::sync::Mutex::new(None)),
             master: Some(master),
-            output: Mutex::new(None),
+            output: Fanout::closed(),
             done: done_rx,
             stdin_once: false,
             log: None,
