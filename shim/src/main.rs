@@ -1,13 +1,11 @@
 //! `peapod-shim`, one process per pod.
 //!
 //! ```text
-//! peapod-shim start --id SANDBOX_ID --socket PATH --runtime runc --runtime-root DIR [--log FILE]
-//! peapod-shim serve   (same flags; what `start` runs detached)
+//! peapod-shim serve --id SANDBOX_ID --socket PATH --runtime runc --runtime-root DIR [--log FILE]
 //! ```
 //!
-//! `start` launches `serve` in a new session and returns once the ttrpc socket answers, so the
-//! shim is not the daemon's child: it outlives the daemon, and the daemon never has to reap it.
-//! `serve` makes itself a child subreaper, so that every container process is reparented to it
+//! The daemon runs `serve` in a session of its own (it outlives the daemon) and learns that it
+//! serves from a pipe (`peapod_shim::launch`). `serve` makes itself a child subreaper, so that every container process is reparented to it
 //! when `runc create` or `runc exec --detach` returns, and it reaps them itself.
 //!
 //! Modules (after the containerd rust-extensions runc shim's task / container / process cut):
@@ -51,11 +49,8 @@ mod stdio;
 mod task;
 mod task_api;
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// The shim's command line.
 #[derive(Debug, Clone)]
@@ -71,7 +66,7 @@ pub struct Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: peapod-shim start|serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc]\n       peapod-shim nsexec ... (see src/nsexec)"
+        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc]\n       peapod-shim nsexec ... (see src/nsexec)"
     );
     std::process::exit(2)
 }
@@ -132,84 +127,15 @@ fn main() {
     }
     let (command, args) = parse_args(argv);
     let code = match command.as_str() {
-        "start" => start(&program, &args),
         "serve" => serve(args),
         _ => usage(),
     };
     std::process::exit(code);
 }
 
-/// Launches `serve` detached and waits until its socket accepts connections.
-fn start(program: &str, args: &Args) -> i32 {
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from(program));
-    let log = match &args.log {
-        Some(path) => std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map(Stdio::from)
-            .unwrap_or_else(|_| Stdio::null()),
-        None => Stdio::null(),
-    };
-    let mut cmd = Command::new(exe);
-    cmd.arg("serve")
-        .args(["--id", &args.id])
-        .arg("--socket")
-        .arg(&args.socket)
-        .args(["--runtime", &args.runtime])
-        .arg("--runtime-root")
-        .arg(&args.runtime_root)
-        .args([
-            "--exec",
-            match args.exec {
-                native_exec::ExecMode::Native => "native",
-                native_exec::ExecMode::Runtime => "runc",
-            },
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-    if let Some(path) = &args.log {
-        cmd.arg("--log").arg(path);
-    }
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            eprintln!("peapod-shim: cannot start the shim: {err}");
-            return 1;
-        }
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if std::os::unix::net::UnixStream::connect(&args.socket).is_ok() {
-            println!("{}", args.socket.display());
-            return 0;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            eprintln!("peapod-shim: the shim exited before serving: {status}");
-            return 1;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            eprintln!("peapod-shim: the shim did not serve within 10s");
-            return 1;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 /// The shim proper: a single-threaded runtime serving the Task API until Shutdown.
 fn serve(args: Args) -> i32 {
+    let ready = peapod_shim::launch::take_ready_fd();
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         eprintln!(
@@ -232,7 +158,7 @@ fn serve(args: Args) -> i32 {
         }
     };
     runtime.block_on(async move {
-        match server::run(Arc::new(args)).await {
+        match server::run(Arc::new(args), ready).await {
             Ok(()) => 0,
             Err(err) => {
                 eprintln!("peapod-shim: {err}");

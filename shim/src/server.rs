@@ -12,6 +12,7 @@ use crate::task::TaskService;
 use crate::task_api::TaskApi;
 use crate::{extension, Args};
 use containerd_shim_protos::shim_async::create_task;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::sync::{oneshot, Notify};
@@ -34,7 +35,9 @@ pub async fn serve_ttrpc(
     Ok(server)
 }
 
-pub async fn run(args: Arc<Args>) -> Result<(), String> {
+/// `ready`: the descriptor the daemon waits on ([`peapod_shim::launch`]), told once the
+/// socket listens.
+pub async fn run(args: Arc<Args>, ready: Option<OwnedFd>) -> Result<(), String> {
     let reaper = Reaper::start().map_err(|e| format!("cannot watch SIGCHLD: {e}"))?;
     std::fs::create_dir_all(&args.runtime_root)
         .map_err(|e| format!("create {}: {e}", args.runtime_root.display()))?;
@@ -72,6 +75,9 @@ pub async fn run(args: Arc<Args>) -> Result<(), String> {
     let (name, service) = extension::service(tasks);
     services.insert(name, service);
     let server = serve_ttrpc(&args.socket, services).await?;
+    if let Some(fd) = ready {
+        peapod_shim::launch::report_serving(fd);
+    }
     // Exit when asked to, or when SIGTERM arrives (containers keep running in that case: their
     // exits are then recorded by nobody, which is why the daemon only ever sends Shutdown).
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -343,6 +343,39 @@ async fn failing_cni_plugin_fails_the_sandbox_and_leaves_nothing() {
     let _ = std::fs::remove_dir_all(&bin);
 }
 
+/// A shim that dies before it serves (the daemon waits on its readiness pipe, not a timer).
+const DYING_SHIM: &str = "#!/bin/sh\necho 'peapod-test-shim: cannot go on' >&2\nexit 7\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shim_that_dies_before_serving_fails_the_sandbox_and_leaves_nothing() {
+    let mut d = TestDaemon::start_with(
+        "dying_shim",
+        DaemonOptions {
+            extra_config: "[runtime]\nshim_path = \"{dir}/dying-shim\"\n".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let shim = d.dir.join("dying-shim");
+    std::fs::write(&shim, DYING_SHIM).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let err = try_run(&mut d, "doomed").await.unwrap_err();
+    assert_eq!(err.code(), Code::Internal, "{err}");
+    assert!(
+        err.message().contains("exited before serving")
+            && err.message().contains("exit status: 7")
+            && err.message().contains("peapod-test-shim: cannot go on"),
+        "names the shim, its status and its last words: {err}"
+    );
+    assert!(list(&mut d, cri::PodSandboxFilter::default())
+        .await
+        .is_empty());
+    let left = d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clear_errors_and_change_nothing() {
     let mut d = TestDaemon::start("bad_requests").await;

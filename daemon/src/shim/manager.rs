@@ -1,10 +1,11 @@
-//! Starting pods' shims (`peapod-shim start`) and keeping one connection per pod.
+//! Starting pods' shims (`peapod-shim serve`, detached) and keeping one connection per pod.
 
 use super::{Shim, ShimClient, Shims};
 use crate::error::{Error, Result};
 use crate::ids;
 use crate::runtime_handlers::{RuntimeHandler, RuntimeHandlers};
 use async_trait::async_trait;
+use peapod_shim::launch::{Readiness, ReadyPipe};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -63,7 +64,10 @@ impl ShimManager {
 
 #[async_trait]
 impl Shims for ShimManager {
-    /// `peapod-shim start` with the handler's runtime, which returns once the shim serves.
+    /// `peapod-shim serve` with the handler's runtime, in a session of its own, once it
+    /// serves. The shim is this process's child only until it is reaped: it outlives the
+    /// daemon, and while both live tokio reaps it when it ends (the child handle is dropped,
+    /// not killed).
     async fn start(
         &self,
         sandbox_id: &str,
@@ -73,8 +77,14 @@ impl Shims for ShimManager {
         std::fs::create_dir_all(&self.socket_dir)
             .map_err(|e| Error::path("create", &self.socket_dir, e))?;
         let socket = self.socket_path(sandbox_id);
-        let output = tokio::process::Command::new(&self.binary)
-            .arg("start")
+        // The shim's own messages (it has no other stderr once detached).
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| Error::path("open", log, e))?;
+        let mut cmd = std::process::Command::new(&self.binary);
+        cmd.arg("serve")
             .args(["--id", sandbox_id])
             .arg("--socket")
             .arg(&socket)
@@ -84,15 +94,38 @@ impl Shims for ShimManager {
             .arg("--log")
             .arg(log)
             .args(["--exec", self.exec])
-            .kill_on_drop(true)
-            .output()
-            .await
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log_file);
+        let ready =
+            ReadyPipe::detach(&mut cmd).map_err(|e| Error::io("shim: a pipe for its start", e))?;
+        let mut child = tokio::process::Command::from(cmd)
+            .spawn()
             .map_err(|e| Error::io(format_args!("shim: run {}", self.binary.display()), e))?;
-        if !output.status.success() {
-            return Err(Error::internal(format!(
-                "shim: starting the shim failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
+        let waited = tokio::task::spawn_blocking(move || ready.wait(SHIM_SERVES_WITHIN))
+            .await
+            .map_err(|e| Error::internal(format!("shim: waiting for its start: {e}")))?
+            .map_err(|e| Error::io("shim: waiting for its start", e))?;
+        match waited {
+            Readiness::Serving => {}
+            Readiness::Ended => {
+                let status = match tokio::time::timeout(SHIM_SERVES_WITHIN, child.wait()).await {
+                    Ok(Ok(status)) => status.to_string(),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "still running".to_string(),
+                };
+                return Err(Error::internal(format!(
+                    "shim: the shim exited before serving ({status}): {}",
+                    last_words(log)
+                )));
+            }
+            Readiness::TimedOut => {
+                let _ = child.start_kill();
+                return Err(Error::deadline_exceeded(format!(
+                    "shim: the shim did not serve within {SHIM_SERVES_WITHIN:?}; see {}",
+                    log.display()
+                )));
+            }
         }
         let client = ShimClient::connect(&socket).await?;
         Ok(self.cache(sandbox_id, client))
@@ -172,6 +205,23 @@ impl Shims for ShimManager {
         }
     }
 }
+
+/// The end of a shim's log, for the error of a shim that died before serving: the pod's
+/// directory, and the log with it, is removed when RunPodSandbox fails.
+fn last_words(log: &Path) -> String {
+    const TAIL: usize = 1024;
+    let text = std::fs::read(log).unwrap_or_default();
+    let tail = &text[text.len().saturating_sub(TAIL)..];
+    let words = String::from_utf8_lossy(tail).trim().replace('\n', "; ");
+    if words.is_empty() {
+        "it wrote nothing".to_string()
+    } else {
+        words
+    }
+}
+
+/// How long a new shim may take to serve its socket.
+const SHIM_SERVES_WITHIN: Duration = Duration::from_secs(10);
 
 /// How long one OCI runtime command may take when the daemon runs it itself.
 const RUNTIME_TIMEOUT: Duration = Duration::from_secs(30);

@@ -14,6 +14,7 @@ use containerd_shim_protos::api::DeleteResponse;
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim_protos::protobuf::{Message, MessageField};
 use peapod_host::timefmt;
+use peapod_shim::launch::{Readiness, ReadyPipe};
 use peapod_shim::protocol::ExitRecord;
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -22,7 +23,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where containerd's shims keep their sockets (short: unix socket paths are limited).
 const SOCKET_DIR: &str = "/run/containerd/s";
@@ -144,33 +145,25 @@ fn launch(flags: &Flags, bundle: &Path, group: &str, socket: &Path) -> Result<u3
     if flags.debug {
         cmd.arg("-debug");
     }
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    let ready = ReadyPipe::detach(&mut cmd).map_err(|e| format!("start the shim: {e}"))?;
     let mut child = cmd.spawn().map_err(|e| format!("start the shim: {e}"))?;
-    let deadline = Instant::now() + SERVE_TIMEOUT;
-    loop {
-        if answers(socket) {
-            return Ok(child.id());
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
+    match ready.wait(SERVE_TIMEOUT) {
+        Ok(Readiness::Serving) => Ok(child.id()),
+        Ok(Readiness::Ended) => {
+            let status = child
+                .wait()
+                .map(|s| s.to_string())
+                .unwrap_or_else(|e| e.to_string());
+            Err(format!(
                 "the shim exited before serving ({status}); see {}",
                 bundle.join("shim.log").display()
-            ));
+            ))
         }
-        if Instant::now() > deadline {
+        Ok(Readiness::TimedOut) | Err(_) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("the shim did not serve within {SERVE_TIMEOUT:?}"));
+            Err(format!("the shim did not serve within {SERVE_TIMEOUT:?}"))
         }
-        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -13,6 +13,7 @@ use crate::reaper::Reaper;
 use crate::runc::Runc;
 use crate::task::TaskService;
 use containerd_shim_protos::shim_async::create_task;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -28,6 +29,7 @@ pub fn serve(flags: &Flags) -> Result<(), String> {
         .socket
         .clone()
         .ok_or("serve needs -socket (it is run by start)")?;
+    let ready = peapod_shim::launch::take_ready_fd();
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only changes this process's attributes.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
         return Err(format!(
@@ -44,10 +46,10 @@ pub fn serve(flags: &Flags) -> Result<(), String> {
         .max_io_events_per_tick(64)
         .build()
         .map_err(|e| format!("cannot build the async runtime: {e}"))?;
-    runtime.block_on(run(flags, &socket))
+    runtime.block_on(run(flags, &socket, ready))
 }
 
-async fn run(flags: &Flags, socket: &Path) -> Result<(), String> {
+async fn run(flags: &Flags, socket: &Path, ready: Option<OwnedFd>) -> Result<(), String> {
     let reaper = Reaper::start().map_err(|e| format!("cannot watch SIGCHLD: {e}"))?;
     let runtime_root = launch::runtime_root(&flags.namespace);
     std::fs::create_dir_all(&runtime_root)
@@ -68,6 +70,9 @@ async fn run(flags: &Flags, socket: &Path) -> Result<(), String> {
         services.insert(TASK_V2.to_string(), service);
     }
     let mut server = crate::server::serve_ttrpc(socket, services).await?;
+    if let Some(fd) = ready {
+        peapod_shim::launch::report_serving(fd);
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("watch SIGTERM: {e}"))?;
     tokio::select! {

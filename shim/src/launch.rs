@@ -1,0 +1,197 @@
+//! Starting a shim detached and knowing when it serves, without polling its socket.
+//!
+//! The launcher (the daemon for `peapod-shim serve`, `containerd-shim-peapod-v2 start` for
+//! containerd's face) gives the shim the write end of a pipe, named by
+//! [`READY_FD_ENV`]; the shim writes one byte there once its socket listens. The launcher
+//! waits for that byte, or for end of file when the shim died before serving (its copy of the
+//! write end closes with it). Polling the socket every 2 ms added a millisecond on average to
+//! every pod's start, and the daemon ran a whole process (`peapod-shim start`) to do it.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The environment variable that names the descriptor the shim reports readiness on.
+pub const READY_FD_ENV: &str = "PEAPOD_SHIM_READY_FD";
+
+/// The descriptor number the launcher puts the pipe on in the shim.
+const READY_FD: RawFd = 3;
+
+/// What a launcher waits on.
+pub struct ReadyPipe {
+    read: OwnedFd,
+    /// Held until the shim is spawned (the child's copy is made from it), then closed, so
+    /// that end of file means the shim's copy is gone.
+    write: Option<OwnedFd>,
+}
+
+/// How the wait for a shim ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Its socket listens.
+    Serving,
+    /// It ended (or closed the descriptor) without serving.
+    Ended,
+    /// Nothing within the time given.
+    TimedOut,
+}
+
+impl ReadyPipe {
+    /// Prepares `cmd` to run detached: in a session of its own (no terminal's or process
+    /// group's signal reaches it, and it outlives the launcher) and with the pipe's write end
+    /// as descriptor 3, named in its environment. Spawn `cmd`, then [`ReadyPipe::wait`].
+    pub fn detach(cmd: &mut Command) -> io::Result<ReadyPipe> {
+        let (read, write) = pipe()?;
+        let write_fd = write.as_raw_fd();
+        cmd.env(READY_FD_ENV, READY_FD.to_string());
+        // SAFETY: between fork and exec only async-signal-safe calls (setsid, dup2, fcntl),
+        // on descriptors the child inherited; no memory of the parent is touched.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if write_fd == READY_FD {
+                    // dup2 onto itself would keep FD_CLOEXEC: clear it by hand.
+                    let flags = libc::fcntl(READY_FD, libc::F_GETFD);
+                    if flags < 0
+                        || libc::fcntl(READY_FD, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                } else if libc::dup2(write_fd, READY_FD) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Ok(ReadyPipe {
+            read,
+            write: Some(write),
+        })
+    }
+
+    /// Once the shim is spawned: waits up to `timeout` for it to serve or end.
+    pub fn wait(mut self, timeout: Duration) -> io::Result<Readiness> {
+        drop(self.write.take());
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut pfd = libc::pollfd {
+                fd: self.read.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: one pollfd that lives through the call.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if n == 0 {
+                return Ok(Readiness::TimedOut);
+            }
+            let mut byte = [0u8; 1];
+            // SAFETY: reading one byte into a buffer of one.
+            let got = unsafe { libc::read(self.read.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+            match got {
+                1 => return Ok(Readiness::Serving),
+                0 => return Ok(Readiness::Ended),
+                _ => {
+                    let err = io::Error::last_os_error();
+                    if err.kind() != io::ErrorKind::Interrupted {
+                        return Err(err);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// In the shim, first thing (while it has one thread: it changes the environment): takes
+/// the descriptor its launcher waits on, if there is one, out of the environment, so that
+/// nothing the shim starts inherits the name.
+pub fn take_ready_fd() -> Option<OwnedFd> {
+    let value = std::env::var(READY_FD_ENV).ok()?;
+    std::env::remove_var(READY_FD_ENV);
+    let fd: RawFd = value.parse().ok()?;
+    // SAFETY: F_GETFD only asks whether the descriptor is open; it changes nothing.
+    if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return None;
+    }
+    // Not inherited by anything the shim starts from now on.
+    // SAFETY: setting FD_CLOEXEC on an open descriptor.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: the launcher gave this descriptor to us alone; nothing else owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// In the shim, once its socket listens: tells the launcher (and closes the descriptor).
+pub fn report_serving(fd: OwnedFd) {
+    // SAFETY: writing one byte from a static buffer to a descriptor we own.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), b"s".as_ptr().cast(), 1) };
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shell(script: &str) -> (std::process::Child, ReadyPipe) {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", script]);
+        let ready = ReadyPipe::detach(&mut cmd).unwrap();
+        (cmd.spawn().unwrap(), ready)
+    }
+
+    #[test]
+    fn a_child_that_reports_is_serving_and_runs_in_its_own_session() {
+        let (mut child, ready) = shell(
+            "[ \"$PEAPOD_SHIM_READY_FD\" = 3 ] || exit 9; \
+             [ \"$(cut -d' ' -f6 /proc/$$/stat)\" = $$ ] || exit 8; \
+             printf s >&3; sleep 0.2",
+        );
+        assert_eq!(
+            ready.wait(Duration::from_secs(10)).unwrap(),
+            Readiness::Serving
+        );
+        assert!(child.wait().unwrap().success());
+    }
+
+    #[test]
+    fn a_child_that_ends_without_reporting_is_seen_at_once() {
+        let (mut child, ready) = shell("exit 3");
+        // Not a time-out: end of file came from the child's exit.
+        assert_eq!(
+            ready.wait(Duration::from_secs(60)).unwrap(),
+            Readiness::Ended
+        );
+        assert_eq!(child.wait().unwrap().code(), Some(3));
+    }
+
+    #[test]
+    fn a_child_that_neither_reports_nor_ends_times_out() {
+        let (mut child, ready) = shell("sleep 5");
+        assert_eq!(
+            ready.wait(Duration::from_millis(100)).unwrap(),
+            Readiness::TimedOut
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
