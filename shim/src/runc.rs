@@ -17,9 +17,33 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 pub struct Runc {
+    /// The runtime as configured ("runc"), for messages.
     binary: String,
+    /// Where it is, looked up on PATH once: every container's create, and each fallback exec,
+    /// would otherwise search PATH again (a failed execve per directory before it).
+    program: PathBuf,
     root: PathBuf,
     reaper: Arc<Reaper>,
+}
+
+/// `binary` as exec would find it: a name without a slash is looked up in PATH's
+/// directories (the first executable file); anything else, or a name found nowhere (the
+/// exec then fails as it would have), is kept as given.
+fn on_path(binary: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    if binary.contains('/') {
+        return PathBuf::from(binary);
+    }
+    std::env::var_os("PATH")
+        .and_then(|dirs| {
+            std::env::split_paths(&dirs)
+                .map(|dir| dir.join(binary))
+                .find(|p| {
+                    std::fs::metadata(p)
+                        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                })
+        })
+        .unwrap_or_else(|| PathBuf::from(binary))
 }
 
 fn memfd(name: &str) -> std::io::Result<File> {
@@ -53,6 +77,7 @@ fn last_logged_error(log: &str) -> Option<String> {
 impl Runc {
     pub fn new(binary: String, root: PathBuf, reaper: Arc<Reaper>) -> Runc {
         Runc {
+            program: on_path(&binary),
             binary,
             root,
             reaper,
@@ -61,7 +86,7 @@ impl Runc {
 
     /// The command line up to and including the subcommand.
     fn command(&self, subcommand: &str, log: Option<&Path>) -> Command {
-        let mut cmd = Command::new(&self.binary);
+        let mut cmd = Command::new(&self.program);
         cmd.arg("--root").arg(&self.root);
         if let Some(log) = log {
             cmd.arg("--log").arg(log).args(["--log-format", "json"]);
@@ -306,6 +331,20 @@ impl RuntimeCli for Runc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bare_runtime_name_is_looked_up_on_path_once() {
+        // `sh` is on every PATH; what PATH finds is an absolute path to an executable.
+        let sh = on_path("sh");
+        assert!(sh.is_absolute(), "{sh:?}");
+        assert!(sh.ends_with("sh"));
+        assert_eq!(on_path("/usr/sbin/runc"), PathBuf::from("/usr/sbin/runc"));
+        assert_eq!(on_path("./runc"), PathBuf::from("./runc"));
+        assert_eq!(
+            on_path("no-such-runtime-anywhere"),
+            PathBuf::from("no-such-runtime-anywhere")
+        );
+    }
 
     #[test]
     fn finds_the_last_error_in_a_json_log() {
