@@ -163,6 +163,35 @@ pub fn hierarchy_dirs(root: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Writes this process into the cgroup it is already in, in one hierarchy: a move that
+/// changes nothing, made for its side effect on the kernel's timing.
+///
+/// Every move of a process into a cgroup (runc joining a container's init, the pause
+/// helper joining its pod's cgroup) first takes the kernel's cgroup threadgroup lock for
+/// writing, which waits one RCU grace period for the lock's readers to switch to their slow
+/// path (5-15 ms on a 2-CPU VM) unless a move happened in the last few tens of milliseconds.
+/// A call that is about to move a process runs this beside its other work, so that the
+/// grace period passes while the mover starts up instead of after. The lock is global (all
+/// hierarchies, v1 and v2), so one hierarchy is enough; even a refused write (a v2 cgroup
+/// with controllers enabled for its children) took the lock first.
+pub fn rejoin_own_cgroup(root: &Path) -> std::io::Result<()> {
+    let pid = std::process::id();
+    let own = ProcCgroups::of_pid(pid)?;
+    let dir = match (Layout::detect(root), own.unified.as_deref()) {
+        (Layout::Unified, Some(path)) => Layout::Unified.unified_dir(root, path),
+        _ => ["pids", "cpu", "memory"]
+            .iter()
+            .find_map(|c| own.v1.get(*c).and_then(|p| v1_dir(root, c, p))),
+    };
+    let dir = dir.ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "this process is in no cgroup hierarchy under the cgroup root",
+        )
+    })?;
+    std::fs::write(dir.join("cgroup.procs"), pid.to_string())
+}
+
 /// Makes cgroup `path` in every hierarchy under `root` and moves process `pid` into it, as a
 /// runtime's `create` does for a container's init; returns the cgroup's directory in each
 /// hierarchy. A v1 cpuset cgroup starts with no CPUs and memory nodes, which no process may
@@ -509,6 +538,44 @@ mod tests {
         assert_eq!(
             v1_dir(legacy.path(), "memory", "/peapod/c1"),
             Some(legacy.path().join("memory/peapod/c1"))
+        );
+    }
+
+    #[test]
+    fn rejoin_writes_this_process_into_its_own_cgroup_of_one_hierarchy() {
+        let pid = std::process::id();
+        let own = ProcCgroups::of_pid(pid).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        // The host's own layout, mirrored: a v1 hierarchy the process is in, or unified.
+        let expected = match ["pids", "cpu", "memory"]
+            .iter()
+            .find_map(|c| own.v1.get(*c).map(|p| (c, p)))
+        {
+            Some((c, path)) => r.join(c).join(path.trim_start_matches('/')),
+            None => {
+                touch(r, "cgroup.controllers");
+                r.join(own.unified.as_deref().unwrap().trim_start_matches('/'))
+            }
+        };
+        std::fs::create_dir_all(&expected).unwrap();
+        rejoin_own_cgroup(r).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(expected.join("cgroup.procs")).unwrap(),
+            pid.to_string()
+        );
+        // A root with no hierarchy of this process is an error, not a write elsewhere.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(rejoin_own_cgroup(empty.path()).is_err());
+    }
+
+    #[test]
+    fn rejoin_on_the_real_host_moves_nothing() {
+        let before = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        rejoin_own_cgroup(Path::new(DEFAULT_ROOT)).expect("the tests run as root");
+        assert_eq!(
+            std::fs::read_to_string("/proc/self/cgroup").unwrap(),
+            before
         );
     }
 

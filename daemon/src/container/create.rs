@@ -438,6 +438,10 @@ impl ContainerService {
                 native: false,
             },
         };
+        // `runc create` moves the container's init into its cgroup some 10 ms from here;
+        // the kernel's wait before that move (5-15 ms) passes meanwhile. A move finds the
+        // way clear for only about 15 ms after the previous one, so not any earlier.
+        self.host.warm_cgroup_moves();
         let pid = shim.create(&task).await?;
         crate::failpoint::hit("container.create.after-runtime-create").await;
         entry.update(|r| {

@@ -24,6 +24,11 @@ async fn create_start_stop_remove() {
     );
     assert_eq!(h.images.rootfs_owners(), set(&[&c]));
     assert_eq!(h.shim_tasks(&pod), set(&[&pod, &c]));
+    assert_eq!(
+        h.host.warmed(),
+        2,
+        "the pause's and the container's cgroup moves announced"
+    );
 
     h.start_container(&c).await.expect("StartContainer");
     assert_eq!(

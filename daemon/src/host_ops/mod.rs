@@ -51,10 +51,19 @@ pub trait HostOps: Send + Sync {
     /// removed in every hierarchy. `cgroups_path` is the runtime spec's; a systemd-driver path
     /// (`slice:prefix:name`) is left to systemd, which removes an empty scope itself.
     fn remove_cgroup(&self, cgroups_path: &str) -> Result<()>;
+    /// Called a few milliseconds before a process will be moved into a cgroup (the pause
+    /// helper's join, `runc create`'s): starts, in the background, the kernel's wait that the
+    /// first such move after a quiet spell pays (`peapod_host::cgroup::rejoin_own_cgroup`),
+    /// so that it overlaps the mover's start. Best effort: it never fails a call.
+    fn warm_cgroup_moves(&self);
 }
 
 /// The real host.
 pub struct RealHostOps;
+
+/// Whether a [`HostOps::warm_cgroup_moves`] is under way: one wait serves every move that
+/// comes during it, so calls meanwhile start nothing more.
+static WARMING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 impl HostOps for RealHostOps {
     fn pin_netns(
@@ -117,6 +126,25 @@ impl HostOps for RealHostOps {
                 e,
             )
         })
+    }
+
+    fn warm_cgroup_moves(&self) {
+        use std::sync::atomic::Ordering;
+        if WARMING.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            WARMING.store(false, Ordering::Release);
+            return;
+        };
+        // Blocks for a grace period by design: on the blocking pool, not awaited.
+        runtime.spawn_blocking(|| {
+            let root = Path::new(peapod_host::cgroup::DEFAULT_ROOT);
+            if let Err(e) = peapod_host::cgroup::rejoin_own_cgroup(root) {
+                tracing::debug!(error = %e, "warming cgroup moves");
+            }
+            WARMING.store(false, Ordering::Release);
+        });
     }
 }
 

@@ -20,6 +20,7 @@ async fn run_stop_remove_makes_and_removes_every_piece() {
     assert!(h.network.attached().contains(&id));
     assert_eq!(h.host.pinned().len(), 1);
     assert_eq!(h.host.mounts().len(), 1, "the pod's /dev/shm");
+    assert_eq!(h.host.warmed(), 1, "the pause's cgroup move announced");
 
     h.stop_pod(&id).await.expect("StopPodSandbox");
     assert_eq!(h.pod_state(&id).await, PodSandboxState::SandboxNotready);

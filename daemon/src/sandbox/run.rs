@@ -237,6 +237,8 @@ impl SandboxService {
             r.cni = plan;
         })?;
         crate::failpoint::hit("sandbox.run.after-record").await;
+        // The pause joins its cgroup in about 10 ms, after the shim's start.
+        self.host.warm_cgroup_moves();
 
         let started = std::time::Instant::now();
         // The pause container needs only the namespace to exist, not the network in it: CNI

@@ -516,6 +516,8 @@ pub struct FakeHost {
     idmapped: Mutex<BTreeSet<PathBuf>>,
     owners: Mutex<BTreeMap<PathBuf, (u32, u32)>>,
     cgroups_removed: Mutex<Vec<String>>,
+    /// How many times a cgroup move was announced (`warm_cgroup_moves`).
+    warmed: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeHost {
@@ -526,6 +528,7 @@ impl FakeHost {
             mounts: Mutex::default(),
             idmapped: Mutex::default(),
             owners: Mutex::default(),
+            warmed: Default::default(),
             cgroups_removed: Mutex::default(),
         }
     }
@@ -543,6 +546,11 @@ impl FakeHost {
     /// Who each path was given to (`chown`).
     pub fn owner(&self, path: &Path) -> Option<(u32, u32)> {
         lock(&self.owners).get(path).copied()
+    }
+
+    /// How many times a cgroup move was announced (`warm_cgroup_moves`).
+    pub fn warmed(&self) -> usize {
+        self.warmed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn pinned(&self) -> BTreeSet<PathBuf> {
@@ -591,6 +599,11 @@ impl HostOps for FakeHost {
         self.faults.check("host.chown")?;
         lock(&self.owners).insert(path.to_path_buf(), (uid, gid));
         Ok(())
+    }
+
+    fn warm_cgroup_moves(&self) {
+        self.warmed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn idmapped_bind(&self, bind: &peapod_host::userns::IdmappedBind<'_>, _: &Path) -> Result<()> {
