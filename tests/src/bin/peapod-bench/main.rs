@@ -35,7 +35,12 @@
 //!              --target name=containerd,endpoint=unix:///…,daemon-pid=M,shim-match=TEXT
 //!              [--calls 200] [--rounds 10] [--idle-seconds 30] [--parallel 8] [--exec-calls 20]
 //!              [--image REF] [--probe-seconds S]
+//!              [--lifecycle-runs N] [--fleet 20] [--fleet-rounds K]
 //! ```
+//!
+//! There `--lifecycle-runs` and `--fleet-rounds` measure the pod lifecycle of every target
+//! first, the targets taking turns pod by pod and fleet by fleet (`scale/side_by_side.rs`);
+//! `--scale ''` measures only that.
 
 mod lifecycle;
 mod pull;
@@ -82,6 +87,12 @@ fn parse_scale() -> Option<scale::ScaleArgs> {
         exec_calls: 20,
         image: None,
         probe_seconds: 0,
+        lifecycle: scale::side_by_side::Plan {
+            pods: 0,
+            fleet: 20,
+            fleet_rounds: 0,
+            parallel: 8,
+        },
     };
     let mut it = argv.into_iter();
     while let Some(flag) = it.next() {
@@ -89,16 +100,24 @@ fn parse_scale() -> Option<scale::ScaleArgs> {
         let number = |v: String| -> usize { v.parse().expect("a number") };
         match flag.as_str() {
             "--scale" => {
+                // Empty: no levels (the side-by-side lifecycle alone).
                 a.levels = value()
                     .split(',')
+                    .filter(|n| !n.trim().is_empty())
                     .map(|n| n.trim().parse().expect("--scale takes N,N,..."))
                     .collect()
             }
+            "--lifecycle-runs" => a.lifecycle.pods = number(value()),
+            "--fleet" => a.lifecycle.fleet = number(value()),
+            "--fleet-rounds" => a.lifecycle.fleet_rounds = number(value()),
             "--target" => a.targets.push(scale::parse_target(&value())),
             "--calls" => a.calls = number(value()),
             "--rounds" => a.rounds = number(value()),
             "--idle-seconds" => a.idle_seconds = number(value()) as u64,
-            "--parallel" => a.parallel = number(value()),
+            "--parallel" => {
+                a.parallel = number(value());
+                a.lifecycle.parallel = a.parallel;
+            }
             "--exec-calls" => a.exec_calls = number(value()),
             "--image" => a.image = Some(value()),
             "--probe-seconds" => a.probe_seconds = number(value()) as u64,

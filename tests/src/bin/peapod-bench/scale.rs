@@ -23,6 +23,7 @@
 //! measured at what it holds. At the end every pod is stopped and removed.
 
 mod probes;
+pub mod side_by_side;
 
 use e2e::Cri;
 use peapod_proto::v1 as cri;
@@ -53,6 +54,8 @@ pub struct ScaleArgs {
     pub image: Option<String>,
     /// Seconds of exec probes on every pod at each level (0: none; `probes.rs`).
     pub probe_seconds: u64,
+    /// The pod lifecycle side by side, before the levels (`side_by_side.rs`).
+    pub lifecycle: side_by_side::Plan,
 }
 
 /// `name=x,endpoint=unix://…,daemon-pid=N,daemon-match=TEXT,shim-match=TEXT,cgroup-parent=/p,
@@ -647,6 +650,12 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             unimplemented: Vec::new(),
             execd: Vec::new(),
         });
+    }
+    if args.lifecycle.pods > 0 || args.lifecycle.fleet_rounds > 0 {
+        side_by_side::run(&args.targets, &lives, &args.lifecycle, run).await?;
+    }
+    if args.levels.is_empty() {
+        return Ok(());
     }
     let mut all: Vec<Vec<Figures>> = vec![Vec::new(); args.targets.len()];
     let mut rng = Lcg(0x5eed);
