@@ -53,10 +53,15 @@ pub async fn run(
             pods[t].push(pod);
         }
     }
-    for i in 0..plan.pods {
-        for t in 0..targets.len() {
-            let down = down_one_timed(lives[t].cri.clone(), pods[t][i].clone()).await?;
-            figs[t].down.push(down);
+    // The same turns down: each target's first pod, then each one's second, ...
+    let mut queues: Vec<_> = pods.into_iter().map(Vec::into_iter).collect();
+    for _ in 0..plan.pods {
+        for (t, queue) in queues.iter_mut().enumerate() {
+            if let Some(pod) = queue.next() {
+                figs[t]
+                    .down
+                    .push(down_one_timed(lives[t].cri.clone(), pod).await?);
+            }
         }
     }
     for round in 0..plan.fleet_rounds {
