@@ -5,7 +5,9 @@
 //!
 //! Measured one target after the other, the machine's drift lands on one of them: on this
 //! VM a runtime's pod-up time moved by half between runs minutes apart, which moved the
-//! ratios more than most changes did. Taking turns spreads the drift over all targets alike.
+//! ratios more than most changes did. Taking turns spreads the drift over all targets alike;
+//! a pause before each turn keeps one runtime's after-work (containerd's garbage collection,
+//! removals reaching the disk) out of the next one's figures.
 
 use super::{down_one, down_one_timed, up_one_timed, up_parallel, Live, Phases, Target};
 use crate::{ms, percentile};
@@ -13,6 +15,12 @@ use std::time::{Duration, Instant};
 
 /// Pod numbers of these pods, far from the levels' (0..pods).
 const FIRST_POD: usize = 1_000_000;
+
+/// A pause before each turn, so that what a runtime still does after its calls returned
+/// (containerd collects garbage, every runtime's removals reach the disk) lands before the
+/// next runtime's turn, not in it. A fleet leaves more behind.
+const SETTLE: Duration = Duration::from_millis(250);
+const SETTLE_FLEET: Duration = Duration::from_secs(2);
 
 pub struct Plan {
     /// Pods brought up one at a time, per target.
@@ -40,6 +48,7 @@ pub async fn run(
     let mut pods: Vec<Vec<String>> = vec![Vec::new(); targets.len()];
     for i in 0..plan.pods {
         for (t, target) in targets.iter().enumerate() {
+            tokio::time::sleep(SETTLE).await;
             let (phases, (pod, _)) = up_one_timed(
                 lives[t].cri.clone(),
                 run_id,
@@ -67,6 +76,7 @@ pub async fn run(
     for round in 0..plan.fleet_rounds {
         for (t, target) in targets.iter().enumerate() {
             let first = FIRST_POD + plan.pods + round * plan.fleet;
+            tokio::time::sleep(SETTLE_FLEET).await;
             let start = Instant::now();
             let (up, failed) = up_parallel(
                 &lives[t].cri,
