@@ -122,8 +122,8 @@ impl Shims for ShimManager {
             Readiness::TimedOut => {
                 let _ = child.start_kill();
                 return Err(Error::deadline_exceeded(format!(
-                    "shim: the shim did not serve within {SHIM_SERVES_WITHIN:?}; see {}",
-                    log.display()
+                    "shim: the shim did not serve within {SHIM_SERVES_WITHIN:?}: {}",
+                    last_words(log)
                 )));
             }
         }
@@ -206,7 +206,7 @@ impl Shims for ShimManager {
     }
 }
 
-/// The end of a shim's log, for the error of a shim that died before serving: the pod's
+/// The end of a shim's log, for the error of a shim that did not come to serve: the pod's
 /// directory, and the log with it, is removed when RunPodSandbox fails.
 fn last_words(log: &Path) -> String {
     const TAIL: usize = 1024;
