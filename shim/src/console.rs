@@ -135,7 +135,7 @@ impl AsyncFile {
 }
 
 /// The most [`AsyncFile::read_chunk`] reads at once.
-pub const CHUNK: usize = 32 * 1024;
+const CHUNK: usize = 32 * 1024;
 
 /// One `read(2)` into a stack buffer, given to `each`; `None` at end of file. Kept out of
 /// the async function so that the buffer can never become part of a future's state.

@@ -8,7 +8,7 @@
 //! every pod's start, and the daemon ran a whole process (`peapod-shim start`) to do it.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -79,35 +79,45 @@ impl ReadyPipe {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let mut pfd = libc::pollfd {
-                fd: self.read.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = left.as_millis().min(i32::MAX as u128) as i32;
-            // SAFETY: one pollfd that lives through the call.
-            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if n < 0 {
-                let err = io::Error::last_os_error();
-                if err.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(err);
-            }
-            if n == 0 {
+            if !readable_within(self.read.as_fd(), left)? {
                 return Ok(Readiness::TimedOut);
             }
             let mut byte = [0u8; 1];
-            // SAFETY: reading one byte into a buffer of one.
-            let got = unsafe { libc::read(self.read.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
-            match got {
-                1 => return Ok(Readiness::Serving),
-                0 => return Ok(Readiness::Ended),
-                _ => {
-                    let err = io::Error::last_os_error();
-                    if err.kind() != io::ErrorKind::Interrupted {
-                        return Err(err);
-                    }
+            match nix::unistd::read(self.read.as_raw_fd(), &mut byte) {
+                Ok(0) => return Ok(Readiness::Ended),
+                Ok(_) => return Ok(Readiness::Serving),
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// A pipe whose ends are closed on exec (`pipe2(O_CLOEXEC)`).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+}
+
+/// Whether `fd` becomes readable (data or end of file) within `timeout`; a signal that
+/// interrupts the wait does not end it.
+pub fn readable_within(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one pollfd that lives through the call.
+        match unsafe { libc::poll(&mut pfd, 1, ms) } {
+            0 => return Ok(false),
+            n if n > 0 => return Ok(true),
+            _ => {
+                let err = io::Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    return Err(err);
                 }
             }
         }
@@ -134,18 +144,8 @@ pub fn take_ready_fd() -> Option<OwnedFd> {
 
 /// In the shim, once its socket listens: tells the launcher (and closes the descriptor).
 pub fn report_serving(fd: OwnedFd) {
-    // SAFETY: writing one byte from a static buffer to a descriptor we own.
-    let _ = unsafe { libc::write(fd.as_raw_fd(), b"s".as_ptr().cast(), 1) };
-}
-
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are fresh and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    // Nobody waiting any more (the launcher gave up) is fine.
+    let _ = nix::unistd::write(&fd, b"s");
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! nothing.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -84,32 +84,15 @@ impl LogUri {
     }
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are fresh and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 /// Waits until the logger closes (or writes to) its end of the ready pipe.
 fn wait_ready(ready: &OwnedFd) -> io::Result<()> {
-    let mut poll = libc::pollfd {
-        fd: ready.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut poll, 1, LOGGER_READY.as_millis() as i32) };
-    match n {
-        n if n < 0 => Err(io::Error::last_os_error()),
-        0 => Err(io::Error::new(
+    if peapod_shim::launch::readable_within(ready.as_fd(), LOGGER_READY)? {
+        Ok(())
+    } else {
+        Err(io::Error::new(
             io::ErrorKind::TimedOut,
             format!("the logging program was not ready within {LOGGER_READY:?}"),
-        )),
-        _ => Ok(()),
+        ))
     }
 }
 
@@ -137,9 +120,9 @@ fn start_logger(
     args: &[String],
     container_id: &str,
 ) -> io::Result<(OwnedFd, OwnedFd)> {
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
-    let (ready_r, ready_w) = pipe()?;
+    let (out_r, out_w) = peapod_shim::launch::pipe()?;
+    let (err_r, err_w) = peapod_shim::launch::pipe()?;
+    let (ready_r, ready_w) = peapod_shim::launch::pipe()?;
     let fds = [out_r.as_raw_fd(), err_r.as_raw_fd(), ready_w.as_raw_fd()];
     let mut cmd = Command::new(path);
     cmd.args(args)

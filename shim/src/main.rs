@@ -5,8 +5,9 @@
 //! ```
 //!
 //! The daemon runs `serve` in a session of its own (it outlives the daemon) and learns that it
-//! serves from a pipe (`peapod_shim::launch`). `serve` makes itself a child subreaper, so that every container process is reparented to it
-//! when `runc create` or `runc exec --detach` returns, and it reaps them itself.
+//! serves from a pipe (`peapod_shim::launch`). `serve` makes itself a child subreaper, so that
+//! every container process is reparented to it when `runc create` or `runc exec --detach`
+//! returns, and it reaps them itself.
 //!
 //! Modules (after the containerd rust-extensions runc shim's task / container / process cut):
 //! - `server`: bootstrap of `serve`: real runtime and processes, ttrpc services, shutdown;
@@ -144,13 +145,7 @@ fn serve(args: Args) -> i32 {
         );
         return 1;
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        // A shim waits on a few descriptors per container; the default room for 1024
-        // events a tick is 12 KiB of an idle shim's heap. More just wait a tick.
-        .max_io_events_per_tick(64)
-        .build()
-    {
+    let runtime = match server::runtime() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("peapod-shim: cannot build the async runtime: {err}");

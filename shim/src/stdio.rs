@@ -20,16 +20,6 @@ use tokio::sync::{broadcast, watch};
 
 type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are fresh and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 fn dup(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own.
     let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
@@ -163,10 +153,10 @@ pub fn prepare_init(
             log,
         });
     }
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
+    let (out_r, out_w) = peapod_shim::launch::pipe()?;
+    let (err_r, err_w) = peapod_shim::launch::pipe()?;
     let (stdin_child, stdin_keep) = if want_stdin {
-        let (r, w) = pipe()?;
+        let (r, w) = peapod_shim::launch::pipe()?;
         (Some(r), Some(w))
     } else {
         (None, None)

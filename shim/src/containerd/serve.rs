@@ -39,13 +39,8 @@ pub fn serve(flags: &Flags) -> Result<(), String> {
     }
     // Logging programs of `binary://` log URIs inherit it (set while single-threaded).
     std::env::set_var("CONTAINER_NAMESPACE", &flags.namespace);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        // A shim waits on a few descriptors per container; the default room for 1024
-        // events a tick is 12 KiB of an idle shim's heap. More just wait a tick.
-        .max_io_events_per_tick(64)
-        .build()
-        .map_err(|e| format!("cannot build the async runtime: {e}"))?;
+    let runtime =
+        crate::server::runtime().map_err(|e| format!("cannot build the async runtime: {e}"))?;
     runtime.block_on(run(flags, &socket, ready))
 }
 
