@@ -4,6 +4,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Mount points at or under `dir`, from /proc/self/mountinfo (deepest first).
+/// Writes an executable script (a fake plugin, shim or runtime) at `path`.
+pub fn write_script(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write the script");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut out: Vec<PathBuf> = text

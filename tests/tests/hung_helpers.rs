@@ -3,10 +3,10 @@
 //! error naming it, the daemon answers everything else meanwhile, other pods are unaffected,
 //! and after SIGCONT (or the helper's kill) everything converges with nothing left behind.
 
+use e2e::host::write_script;
 use e2e::pods::{busybox, sh, Images};
 use e2e::{DaemonOptions, TestDaemon};
 use peapod_proto::v1 as cri;
-use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 fn shim_of(sandbox_id: &str) -> u32 {
@@ -40,11 +40,6 @@ async fn exec(
         })
         .await
         .map(|r| r.into_inner())
-}
-
-fn write_script(path: &std::path::Path, text: &str) {
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -308,10 +308,7 @@ const FAILING_PLUGIN: &str = "#!/bin/sh\ncat >/dev/null\nif [ \"$CNI_COMMAND\" =
 async fn failing_cni_plugin_fails_the_sandbox_and_leaves_nothing() {
     let bin = std::env::temp_dir().join(format!("peapod-e2e-failcni-{}", std::process::id()));
     std::fs::create_dir_all(&bin).unwrap();
-    let plugin = bin.join("peapod-test-fail");
-    std::fs::write(&plugin, FAILING_PLUGIN).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    host::write_script(&bin.join("peapod-test-fail"), FAILING_PLUGIN);
     let conflist = r#"{"cniVersion":"1.0.0","name":"e2e-fail","plugins":[
         {"type":"bridge","bridge":"{bridge}","isGateway":true,"ipam":{"type":"host-local","ranges":[[{"subnet":"{subnet}"}]],"dataDir":"{dir}/ipam"}},
         {"type":"peapod-test-fail"}]}"#;
@@ -356,10 +353,7 @@ async fn a_shim_that_dies_before_serving_fails_the_sandbox_and_leaves_nothing() 
         },
     )
     .await;
-    let shim = d.dir.join("dying-shim");
-    std::fs::write(&shim, DYING_SHIM).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    host::write_script(&d.dir.join("dying-shim"), DYING_SHIM);
 
     let err = try_run(&mut d, "doomed").await.unwrap_err();
     assert_eq!(err.code(), Code::Internal, "{err}");

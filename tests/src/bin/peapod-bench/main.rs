@@ -91,7 +91,6 @@ fn parse_scale() -> Option<scale::ScaleArgs> {
             pods: 0,
             fleet: 20,
             fleet_rounds: 0,
-            parallel: 8,
         },
     };
     let mut it = argv.into_iter();
@@ -114,10 +113,7 @@ fn parse_scale() -> Option<scale::ScaleArgs> {
             "--calls" => a.calls = number(value()),
             "--rounds" => a.rounds = number(value()),
             "--idle-seconds" => a.idle_seconds = number(value()) as u64,
-            "--parallel" => {
-                a.parallel = number(value());
-                a.lifecycle.parallel = a.parallel;
-            }
+            "--parallel" => a.parallel = number(value()),
             "--exec-calls" => a.exec_calls = number(value()),
             "--image" => a.image = Some(value()),
             "--probe-seconds" => a.probe_seconds = number(value()) as u64,

@@ -652,7 +652,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         });
     }
     if args.lifecycle.pods > 0 || args.lifecycle.fleet_rounds > 0 {
-        side_by_side::run(&args.targets, &lives, &args.lifecycle, run).await?;
+        side_by_side::run(&args.targets, &lives, &args.lifecycle, args.parallel, run).await?;
     }
     if args.levels.is_empty() {
         return Ok(());

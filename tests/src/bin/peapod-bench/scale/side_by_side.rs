@@ -28,7 +28,6 @@ pub struct Plan {
     /// Pods in one fleet, and fleets per target.
     pub fleet: usize,
     pub fleet_rounds: usize,
-    pub parallel: usize,
 }
 
 #[derive(Default)]
@@ -42,6 +41,7 @@ pub async fn run(
     targets: &[Target],
     lives: &[Live],
     plan: &Plan,
+    parallel: usize,
     run_id: u32,
 ) -> anyhow::Result<()> {
     let mut figs: Vec<Figures> = targets.iter().map(|_| Figures::default()).collect();
@@ -82,7 +82,7 @@ pub async fn run(
                 &lives[t].cri,
                 run_id,
                 first..first + plan.fleet,
-                plan.parallel,
+                parallel,
                 &target.cgroup_parent,
                 &target.handler,
                 &lives[t].image,
@@ -98,7 +98,7 @@ pub async fn run(
             figs[t].fleets.push(took);
         }
     }
-    print(targets, &mut figs, plan);
+    print(targets, &mut figs, plan, parallel);
     Ok(())
 }
 
@@ -120,10 +120,10 @@ fn p50(mut times: Vec<Duration>) -> Option<Duration> {
     (!times.is_empty()).then(|| percentile(&times, 0.5))
 }
 
-fn print(targets: &[Target], figs: &mut [Figures], plan: &Plan) {
+fn print(targets: &[Target], figs: &mut [Figures], plan: &Plan, parallel: usize) {
     println!(
         "pod lifecycle side by side, the targets taking turns: {} pods each one at a time, then {} fleets each of {} pods {} at a time; p50 (p90); ratio: p50 of the first target / p50 of the last",
-        plan.pods, plan.fleet_rounds, plan.fleet, plan.parallel
+        plan.pods, plan.fleet_rounds, plan.fleet, parallel
     );
     let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
     println!("| figure | {} | ratio |", names.join(" | "));
