@@ -340,22 +340,38 @@ async fn failing_cni_plugin_fails_the_sandbox_and_leaves_nothing() {
     let _ = std::fs::remove_dir_all(&bin);
 }
 
-/// A shim that dies before it serves (the daemon waits on its readiness pipe, not a timer).
-const DYING_SHIM: &str = "#!/bin/sh\necho 'peapod-test-shim: cannot go on' >&2\nexit 7\n";
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shim_that_dies_before_serving_fails_the_sandbox_and_leaves_nothing() {
+/// RunPodSandbox with `script` as the pod's shim: its error, once the test has seen that the
+/// failed pod left nothing behind (its shim's process included).
+async fn run_with_shim(name: &str, script: &str) -> tonic::Status {
     let mut d = TestDaemon::start_with(
-        "dying_shim",
+        name,
         DaemonOptions {
-            extra_config: "[runtime]\nshim_path = \"{dir}/dying-shim\"\n".into(),
+            extra_config: "[runtime]\nshim_path = \"{dir}/shim\"\n".into(),
             ..Default::default()
         },
     )
     .await;
-    host::write_script(&d.dir.join("dying-shim"), DYING_SHIM);
-
+    host::write_script(&d.dir.join("shim"), script);
     let err = try_run(&mut d, "doomed").await.unwrap_err();
+    assert!(list(&mut d, cri::PodSandboxFilter::default())
+        .await
+        .is_empty());
+    let left = d.leftovers();
+    assert!(left.is_empty(), "left behind: {left:#?}");
+    err
+}
+
+/// A shim that dies before it serves (the daemon waits on its readiness pipe, not a timer).
+const DYING_SHIM: &str = "#!/bin/sh\necho 'peapod-test-shim: cannot go on' >&2\nexit 7\n";
+
+/// A shim that never serves and never ends (its command line names the daemon's state
+/// directory, so a shim left running is a leftover).
+const HUNG_SHIM: &str =
+    "#!/bin/sh\necho 'peapod-test-shim: stuck' >&2\nwhile :; do sleep 1; done\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shim_that_dies_before_serving_fails_the_sandbox_and_leaves_nothing() {
+    let err = run_with_shim("dying_shim", DYING_SHIM).await;
     assert_eq!(err.code(), Code::Internal, "{err}");
     assert!(
         err.message().contains("exited before serving")
@@ -363,11 +379,17 @@ async fn a_shim_that_dies_before_serving_fails_the_sandbox_and_leaves_nothing() 
             && err.message().contains("peapod-test-shim: cannot go on"),
         "names the shim, its status and its last words: {err}"
     );
-    assert!(list(&mut d, cri::PodSandboxFilter::default())
-        .await
-        .is_empty());
-    let left = d.leftovers();
-    assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shim_that_never_serves_is_killed_and_leaves_nothing() {
+    let err = run_with_shim("hung_shim", HUNG_SHIM).await;
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
+    assert!(
+        err.message().contains("did not serve within")
+            && err.message().contains("peapod-test-shim: stuck"),
+        "names the shim and its last words: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
