@@ -4,6 +4,7 @@
 //! - [`fs`]: atomic file replacement (temp file in the same directory, fsync, rename, fsync of
 //!   the directory) and removal where "already gone" is success;
 //! - [`mount`]: unmount where "not mounted" or "missing" is success;
+//! - [`heap`]: one malloc arena for the whole process (the daemon's and the shims' memory);
 //! - [`held`]: start-up waiting, bounded, for a lock or port a dying predecessor still holds;
 //! - [`cgroup`]: a process's cgroups from `/proc/<pid>/cgroup`, the host's cgroup layout (v1,
 //!   hybrid, v2) and where a controller's directory is under the cgroup mount;
@@ -24,6 +25,7 @@
 pub mod capability;
 pub mod cgroup;
 pub mod fs;
+pub mod heap;
 pub mod held;
 pub mod mount;
 pub mod rootfs;

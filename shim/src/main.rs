@@ -109,6 +109,8 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
 }
 
 fn main() {
+    // Before any thread (the blocking pool's, in `serve`): one arena, not one per thread.
+    peapod_host::heap::use_one_arena();
     // The shim is the parent of the OCI runtime, which creates mount points inside containers'
     // root filesystems: they must be 0755 as in any runtime, not shaped by the restrictive
     // umask of the daemon that launched us (0o077), which would shut out non-root containers.

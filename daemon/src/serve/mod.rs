@@ -18,6 +18,8 @@ use std::sync::Arc;
 
 /// Runs the daemon with `cfg` until a signal; pods keep running after it returns.
 pub fn run(cfg: Config) -> anyhow::Result<()> {
+    // Before the runtime's threads: their arenas would hold the daemon's freed memory apart.
+    peapod_host::heap::use_one_arena();
     // Before any file is made: everything the daemon creates (records, bundles, layers, upper
     // directories, sockets) is the owner's alone unless it sets a mode itself — the few files
     // containers must read (hosts, resolv.conf, the pause rootfs, layer roots) do.

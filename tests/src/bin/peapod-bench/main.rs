@@ -176,12 +176,14 @@ fn ms(d: Duration) -> String {
 
 /// Memory of one process, in kB: resident (RSS, counting shared library and binary pages in
 /// full), proportional (PSS, shared pages divided among their users) and private (what the
-/// process alone costs).
+/// process alone costs), and of the resident pages those that are anonymous (heap and stacks,
+/// not the program's file).
 #[derive(Debug, Clone, Copy, Default)]
 struct Mem {
     rss: u64,
     pss: u64,
     private: u64,
+    anon: u64,
 }
 
 fn mem_of(pid: u32) -> Option<Mem> {
@@ -196,6 +198,7 @@ fn mem_of(pid: u32) -> Option<Mem> {
         rss: field("Rss:"),
         pss: field("Pss:"),
         private: field("Private_Clean:") + field("Private_Dirty:"),
+        anon: field("Anonymous:"),
     })
 }
 
@@ -319,20 +322,22 @@ async fn main() -> anyhow::Result<()> {
     drop(registry);
     for (pid, m) in &daemons {
         println!(
-            "daemon pid {pid}: RSS {:.1} MB, PSS {:.1} MB, private {:.1} MB",
+            "daemon pid {pid}: RSS {:.1} MB, PSS {:.1} MB, private {:.1} MB, anonymous {:.1} MB",
             mb(m.rss),
             mb(m.pss),
-            mb(m.private)
+            mb(m.private),
+            mb(m.anon)
         );
     }
     if !shims.is_empty() {
         let n = shims.len() as u64;
         let sum = |f: fn(&Mem) -> u64| shims.iter().map(|(_, m)| f(m)).sum::<u64>();
         println!(
-            "shims: {n} processes, mean per shim: RSS {:.2} MB, PSS {:.2} MB, private {:.2} MB",
+            "shims: {n} processes, mean per shim: RSS {:.2} MB, PSS {:.2} MB, private {:.2} MB, anonymous {:.2} MB",
             mb(sum(|m| m.rss) / n),
             mb(sum(|m| m.pss) / n),
-            mb(sum(|m| m.private) / n)
+            mb(sum(|m| m.private) / n),
+            mb(sum(|m| m.anon) / n)
         );
     }
     Ok(())
