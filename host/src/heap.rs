@@ -1,15 +1,14 @@
 //! The allocator's arenas: one for the whole process.
 //!
-//! glibc's malloc gives every thread that allocates while another holds the main arena's lock
-//! an arena of its own, up to eight per core, and memory freed into one arena is never reused
-//! by another or returned while anything above it in that arena is live. The daemon's threads
-//! (two async workers, the blocking pool's threads that come and go, the blocking runtime of
-//! `crate::blocking`) each came to hold an arena. With one arena its anonymous memory went from
-//! 15.0 to 9.0 MB with 20 pods and from 30.1 to 20.0 MB with 300 (peapod-bench `--scale`, both
-//! builds side by side), the pod lifecycle, pulls and exec unchanged within noise
-//! (docs/performance.md). Our threads rarely allocate at the same
-//! instant (two cores, work that waits on system calls), and each keeps glibc's per-thread
-//! cache of small blocks, so the one lock costs little.
+//! glibc's malloc gives every thread that allocates an arena of its own, up to eight per core,
+//! and memory freed into one arena is never reused by another or returned while anything above
+//! it in that arena is live. The daemon's threads (two async workers, the blocking pool's
+//! threads that come and go, the blocking runtime of `peapod_daemon::blocking`) each came to hold an
+//! arena. With one arena its anonymous memory went from 15.0 to 9.0 MB with 20 pods and from
+//! 28.0 to 20.0 MB with 300 (peapod-bench `--scale`, both builds side by side), the pod
+//! lifecycle, pulls and exec unchanged within noise (docs/performance.md). Our threads rarely
+//! allocate at the same instant (two cores, work that waits on system calls), and each keeps
+//! glibc's per-thread cache of small blocks, so the one lock costs little.
 
 /// Has the process use one malloc arena, unless `MALLOC_ARENA_MAX` says otherwise (glibc has
 /// read it already; an operator's explicit choice stands). Call it first thing in `main`,

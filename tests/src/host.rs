@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Mount points at or under `dir`, from /proc/self/mountinfo (deepest first).
 /// Writes an executable script (a fake plugin, shim or runtime) at `path`.
 pub fn write_script(path: &Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
@@ -11,6 +10,7 @@ pub fn write_script(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
+/// Mount points at or under `dir`, from /proc/self/mountinfo (deepest first).
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut out: Vec<PathBuf> = text
