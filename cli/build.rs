@@ -1,0 +1,5 @@
+//! The `peapod` program's code in the order of `text-order.txt` (scripts/text-order): the
+//! daemon's run code packed together, see peapod_link_order.
+fn main() {
+    peapod_link_order::link_in_order("peapod", "text-order.txt");
+}
