@@ -10,9 +10,11 @@
 //!
 //! Only for release builds of the x86_64 Linux target linked by LLD (rustc's default there
 //! since 1.90; `--symbol-ordering-file` is LLD's and mold's, not GNU ld's): another linker,
-//! or `PEAPOD_TEXT_ORDER=0`, links in the default order. Names the build does not have (a
-//! function renamed, another compiler's hashes) are skipped without a word: the order is a
-//! layout, never a reason for a build to fail.
+//! or `PEAPOD_TEXT_ORDER=0`, links in the default order. The lists name one build's symbols,
+//! whose hashes come from each crate's metadata (the rustc, Cargo.lock, the features the
+//! packages built together unify): names a build does not have are skipped without a word,
+//! since the order is a layout, never a reason for a build to fail, and
+//! `scripts/text-order --check` counts how many a build has.
 
 use std::env;
 use std::path::Path;
