@@ -36,6 +36,10 @@ shim_path = ""
 # a few milliseconds; the OCI runtime still does what the shim cannot: a terminal, an enforced
 # AppArmor or SELinux label, a seccomp notify listener) or "runc" (always `<runtime> exec`).
 exec = "native"
+# How app containers are created: "native" (the shim makes the container itself, a few
+# milliseconds, where the spec allows: runc as the runtime, `exec = "native"`, a cgroup v1 or
+# hybrid host, no user namespace, hooks or terminal) or "runc" (always `<runtime> create`).
+create = "native"
 
 # Further runtime handlers: a pod chooses one by name through RunPodSandbox's runtime_handler
 # (a RuntimeClass's `handler`); Status lists them. The default handler (no name, or the file
@@ -168,7 +172,28 @@ pub struct RuntimeConfig {
     pub path: String,
     pub shim_path: String,
     pub exec: ExecMode,
+    pub create: CreateMode,
     pub handlers: BTreeMap<String, RuntimeHandlerConfig>,
+}
+
+/// How app containers are created (the shim's `--create`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CreateMode {
+    /// The shim creates the container itself where it can (with runc, and `exec = "native"`).
+    Native,
+    /// Always the OCI runtime's `create`.
+    Runc,
+}
+
+impl CreateMode {
+    /// The shim's `--create` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CreateMode::Native => "native",
+            CreateMode::Runc => "runc",
+        }
+    }
 }
 
 /// How execs start (the shim's `--exec`).
@@ -359,6 +384,7 @@ impl Default for RuntimeConfig {
             path: "runc".into(),
             shim_path: String::new(),
             exec: ExecMode::Native,
+            create: CreateMode::Native,
             handlers: BTreeMap::new(),
         }
     }

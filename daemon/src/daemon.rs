@@ -139,7 +139,8 @@ impl Daemon {
                     &RuntimeHandlers::new(&config),
                     config.state.join("s"),
                 )
-                .with_exec(config.runtime.exec.as_str()),
+                .with_exec(config.runtime.exec.as_str())
+                .with_create(config.runtime.create.as_str()),
             ),
             pod_network: network.clone(),
             host: Arc::new(RealHostOps),

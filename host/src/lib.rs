@@ -24,6 +24,7 @@
 
 pub mod capability;
 pub mod cgroup;
+pub mod cgroup_limits;
 pub mod fs;
 pub mod heap;
 pub mod held;

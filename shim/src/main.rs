@@ -33,6 +33,7 @@ mod fakes;
 mod init_stdio;
 mod log_uri;
 mod logio;
+mod native_create;
 mod native_exec;
 mod native_pause;
 mod native_runc;
@@ -63,11 +64,14 @@ pub struct Args {
     pub log: Option<PathBuf>,
     /// How execs start: natively where possible (`native`, the default) or by `runc exec`.
     pub exec: native_exec::ExecMode,
+    /// How app containers are created: natively where possible (`native`, the default, with
+    /// native execs only) or by `runc create`.
+    pub create: native_create::CreateMode,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc]\n       peapod-shim nsexec ... (see src/nsexec)"
+        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc] [--create native|runc]\n       peapod-shim nsexec ... (see src/nsexec)"
     );
     std::process::exit(2)
 }
@@ -80,6 +84,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
     let mut runtime_root = None;
     let mut log = None;
     let mut exec = native_exec::ExecMode::Native;
+    let mut create = native_create::CreateMode::Native;
     while let Some(flag) = argv.next() {
         let value = argv.next().unwrap_or_else(|| usage());
         match flag.as_str() {
@@ -89,6 +94,9 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             "--runtime-root" => runtime_root = Some(PathBuf::from(value)),
             "--log" => log = Some(PathBuf::from(value)),
             "--exec" => exec = native_exec::ExecMode::parse(&value).unwrap_or_else(|| usage()),
+            "--create" => {
+                create = native_create::CreateMode::parse(&value).unwrap_or_else(|| usage())
+            }
             _ => usage(),
         }
     }
@@ -104,6 +112,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             runtime_root,
             log,
             exec,
+            create,
         },
     )
 }

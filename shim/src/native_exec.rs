@@ -67,14 +67,14 @@ impl NativeExec {
         if c.init_pid == 0 {
             return Some("the container's init pid is unknown".into());
         }
-        if c.console_socket.is_some() {
-            return Some("a terminal".into());
-        }
         let process: Process = match serde_json::from_slice(process_json) {
             Ok(p) => p,
             Err(e) => return Some(format!("parse {}: {e}", c.process_json.display())),
         };
-        if let Some(why) = spec::unsupported_process(&process, &self.lsm) {
+        if process.terminal != c.console_socket.is_some() {
+            return Some("a terminal without a console socket, or the reverse".into());
+        }
+        if let Some(why) = spec::unsupported_exec_process(&process, &self.lsm) {
             return Some(why.to_string());
         }
         if let Some(why) = self.spec_verdicts.get(id, c.bundle) {
@@ -160,6 +160,7 @@ impl RuntimeCli for NativeExec {
                     bundle: cmd.bundle,
                     init_pid: cmd.init_pid,
                     process: &process_json,
+                    console_socket: cmd.console_socket,
                 };
                 self.residents.exec(id, req, cmd.io).await
             }

@@ -115,23 +115,7 @@ impl NativePause {
         cmd.stdin(stdin).stdout(stdout).stderr(log_file);
         let (_, exit) = self.reaper.spawn(&mut cmd).map_err(spawn_error)?;
         let code = exit.await.unwrap_or(255);
-        let started = match code {
-            0 => std::fs::read_to_string(c.pid_file)
-                .ok()
-                .and_then(|s| s.trim().parse::<u32>().ok())
-                .ok_or_else(|| format!("no pid in {}", c.pid_file.display()))
-                // The pause is this shim's child (cloned with CLONE_PARENT) and not reaped
-                // before its exit is subscribed to, so the pid names it here.
-                .and_then(|pid| {
-                    Pidfd::open(pid)
-                        .map(|fd| (pid, fd))
-                        .map_err(|e| format!("pidfd_open({pid}): {e}"))
-                }),
-            _ => Err(std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .trim()
-                .to_string()),
-        };
+        let started = started_process(code, c.pid_file, &log);
         let (pid, pidfd) = match started {
             Ok(started) => started,
             Err(message) => {
@@ -155,6 +139,32 @@ impl NativePause {
             }),
         );
         Ok(pid)
+    }
+}
+
+/// What a helper that exited with `code` started: its process's pid (from `pid_file`) and a
+/// pidfd of it, or why not (the helper's log).
+pub(crate) fn started_process(
+    code: i32,
+    pid_file: &Path,
+    log: &Path,
+) -> Result<(u32, Pidfd), String> {
+    match code {
+        0 => std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .ok_or_else(|| format!("no pid in {}", pid_file.display()))
+            // The process is this shim's child (cloned with CLONE_PARENT) and not reaped
+            // before its exit is subscribed to, so the pid names it here.
+            .and_then(|pid| {
+                Pidfd::open(pid)
+                    .map(|fd| (pid, fd))
+                    .map_err(|e| format!("pidfd_open({pid}): {e}"))
+            }),
+        _ => Err(std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .trim()
+            .to_string()),
     }
 }
 

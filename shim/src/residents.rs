@@ -52,6 +52,9 @@ pub struct ExecRequest<'a> {
     pub init_pid: u32,
     /// The runtime-spec Process, as JSON.
     pub process: &'a [u8],
+    /// Where the terminal's master goes (a terminal exec): the helper's child makes the pty
+    /// in the container, as runc's init does, and sends the master there.
+    pub console_socket: Option<&'a Path>,
 }
 
 impl Residents {
@@ -76,7 +79,11 @@ impl Residents {
         req: ExecRequest<'_>,
         io: ProcessIo,
     ) -> Result<u32, RuntimeCliError> {
-        let stdio = stdio_fds(io).map_err(spawn_error)?;
+        let mut stdio = Vec::from(stdio_fds(io).map_err(spawn_error)?);
+        if let Some(path) = req.console_socket {
+            let console = std::os::unix::net::UnixStream::connect(path).map_err(spawn_error)?;
+            stdio.push(OwnedFd::from(console));
+        }
         let slot = self.slot(id);
         let starter = Starter {
             helper: self.helper.clone(),
@@ -172,7 +179,7 @@ async fn exec_in(
     starter: &Starter,
     resident: &mut Option<Resident>,
     process: &[u8],
-    stdio: &[OwnedFd; 3],
+    stdio: &[OwnedFd],
 ) -> Result<u32, RuntimeCliError> {
     for attempt in 0..2 {
         let stale = resident.as_mut().is_some_and(|r| {
@@ -209,13 +216,9 @@ async fn exec_in(
 async fn request(
     r: &mut Resident,
     process: &[u8],
-    stdio: &[OwnedFd; 3],
+    stdio: &[OwnedFd],
 ) -> Result<Reply, RuntimeCliError> {
-    let fds = [
-        stdio[0].as_raw_fd(),
-        stdio[1].as_raw_fd(),
-        stdio[2].as_raw_fd(),
-    ];
+    let fds: Vec<_> = stdio.iter().map(|f| f.as_raw_fd()).collect();
     let process = process.to_vec();
     blocking(r, move |sock| {
         wire::send(sock, &process, &fds)?;
@@ -311,6 +314,7 @@ pub(crate) mod tests {
             bundle: dir.path(),
             init_pid: 42,
             process: b"{}",
+            console_socket: None,
         };
         let err = residents
             .exec("c1", req, ProcessIo::null())

@@ -1,6 +1,7 @@
 //! Bootstrap of `peapod-shim serve`: the reaper, the real runtime CLI and processes, the Task
 //! and extension services on the ttrpc socket, until Shutdown or SIGTERM.
 
+use crate::native_create::NativeCreate;
 use crate::native_exec::{ExecMode, NativeExec};
 use crate::native_pause::NativePause;
 use crate::native_runc::NativeRunc;
@@ -67,7 +68,18 @@ pub async fn run(args: Arc<Args>, ready: Option<OwnedFd>) -> Result<(), String> 
     ));
     let cli: Arc<dyn RuntimeCli> = match args.exec {
         ExecMode::Runtime => runc,
-        ExecMode::Native => Arc::new(NativeExec::new(runc, helper.clone(), reaper.clone())),
+        ExecMode::Native => {
+            // Under the exec layer, which joins a native container by its init's pid like
+            // any other; only with it (a native container has no runc to exec through).
+            let created: Arc<dyn RuntimeCli> = Arc::new(NativeCreate::new(
+                runc,
+                &args.runtime,
+                args.create,
+                helper.clone(),
+                reaper.clone(),
+            ));
+            Arc::new(NativeExec::new(created, helper.clone(), reaper.clone()))
+        }
     };
     // Outermost: the pause's create never reaches the runtime when the helper can do it.
     let cli: Arc<dyn RuntimeCli> =

@@ -2,8 +2,9 @@
 //! pause `runc run` starts (`native_pause = false`): the same pod on both daemons, and the
 //! two processes compared as the kernel shows them. Then a dead shim's native pause, which
 //! the OCI runtime does not know, is found by its cgroup and killed. And the runtime calls
-//! of a pod's life, counted by a runc that logs them: none for the pause, one (create) per
-//! container, whose start, kill and delete the shim does.
+//! of a pod's life, counted by a runc that logs them: none for the pause, none for a
+//! container created natively, one (create) for a container runc creates, whose start, kill
+//! and delete the shim does.
 
 use e2e::pods::{self, Images, Pod};
 use e2e::{host, DaemonOptions, TestDaemon};
@@ -217,8 +218,9 @@ async fn a_native_pause_dies_with_its_shim() {
     d.remove_pod(&pod).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pod_up_costs_one_runtime_call_per_container_and_none_for_the_pause() {
+/// A pod's life on a daemon whose runtime is a runc that logs its calls, with app containers
+/// created `create` ("native" or "runc"); returns the calls that named the app container.
+async fn pod_life_calls(create: &str) -> Vec<String> {
     let bin = tempfile::tempdir().expect("tempdir");
     let log = bin.path().join("calls");
     let real = std::process::Command::new("sh")
@@ -240,9 +242,12 @@ async fn a_pod_up_costs_one_runtime_call_per_container_and_none_for_the_pause() 
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let mut d = TestDaemon::start_with(
-        "one_runtime_call",
+        &format!("calls_{create}"),
         DaemonOptions {
-            extra_config: format!("[runtime]\npath = \"{}\"\n", wrapper.display()),
+            extra_config: format!(
+                "[runtime]\npath = \"{}\"\ncreate = \"{create}\"\n",
+                wrapper.display()
+            ),
             ..Default::default()
         },
     )
@@ -268,37 +273,29 @@ async fn a_pod_up_costs_one_runtime_call_per_container_and_none_for_the_pause() 
         0,
         "the pause cost runtime calls: {calls:?}"
     );
-    assert_eq!(naming(&ctr), 1, "{calls:?}");
-    assert!(
-        calls
-            .iter()
-            .any(|c| c.contains(" create ") && c.ends_with(&ctr)),
-        "{calls:?}"
-    );
-    // Started for real: the runtime sees it running, and its process is `sleep`.
-    let state = std::process::Command::new(&real)
-        .arg("--root")
-        .arg(d.state.join("runc"))
-        .args(["state", &ctr])
-        .output()
-        .expect("runc state");
-    let state: serde_json::Value = serde_json::from_slice(&state.stdout).expect("state json");
-    assert_eq!(state["status"], "running", "{state}");
-    let pid = state["pid"].as_u64().expect("pid");
+    // Started for real: its process is `sleep`.
+    let pid = d.container_info(&ctr).await["pid"].as_u64().expect("pid");
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
     assert_eq!(comm.trim(), "sleep");
+    if create == "runc" {
+        // The runtime sees it running.
+        let state = std::process::Command::new(&real)
+            .arg("--root")
+            .arg(d.state.join("runc"))
+            .args(["state", &ctr])
+            .output()
+            .expect("runc state");
+        let state: serde_json::Value = serde_json::from_slice(&state.stdout).expect("state json");
+        assert_eq!(state["status"], "running", "{state}");
+        assert_eq!(state["pid"].as_u64(), Some(pid));
+    }
     // A retried start (the daemon answers it as done) makes no call either.
     d.start_container(&ctr).await.expect("StartContainer again");
-    let again = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(
-        again.lines().filter(|c| c.contains(&ctr)).count(),
-        1,
-        "{again}"
-    );
-    // Stopped and removed: killed and deleted by the shim too, leaving nothing of it.
+    let before_removal = std::fs::read_to_string(&log).unwrap_or_default();
+    // Stopped and removed: killed and deleted by the shim, leaving nothing of it.
     d.remove_pod(&pod).await;
     let all = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(all.lines().filter(|c| c.contains(&ctr)).count(), 1, "{all}");
+    assert_eq!(all, before_removal, "the removal made runtime calls");
     assert!(!alive(pid as u32));
     assert!(!host::cgroup_exists(&d.cgroup_parent, &ctr));
     assert!(
@@ -306,6 +303,22 @@ async fn a_pod_up_costs_one_runtime_call_per_container_and_none_for_the_pause() 
         "runc's state of it is gone"
     );
     assert!(runtime_ids(&d).is_empty(), "{:?}", runtime_ids(&d));
+    all.lines()
+        .filter(|c| c.contains(&ctr))
+        .map(str::to_string)
+        .collect()
+}
+
+/// With containers created natively (the default) a pod's whole life makes no runtime call;
+/// with `create = "runc"`, one: the container's `runc create` (its start, kill and delete are
+/// the shim's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_up_costs_no_runtime_call_or_one_create_per_container() {
+    let native = pod_life_calls("native").await;
+    assert!(native.is_empty(), "{native:?}");
+    let runc = pod_life_calls("runc").await;
+    assert_eq!(runc.len(), 1, "{runc:?}");
+    assert!(runc[0].contains(" create "), "{runc:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

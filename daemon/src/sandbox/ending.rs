@@ -38,8 +38,8 @@ impl SandboxService {
     }
 
     /// The pod's shim died: the connection is dropped, and `containers` (the pod's) and the
-    /// pause are killed and deleted through the OCI runtime, and the pause's cgroup removed
-    /// (what kills a pause the shim started itself). False if that failed.
+    /// pause are killed and deleted through the OCI runtime, and their cgroups removed
+    /// (what kills a pause or container the shim made itself). False if that failed.
     pub(crate) async fn reap_dead_shim(&self, sandbox: &Sandbox, containers: Vec<String>) -> bool {
         let id = &sandbox.id;
         self.shims.forget(id);
@@ -52,15 +52,24 @@ impl SandboxService {
                 false
             }
         };
-        // A pause the shim started itself is unknown to the OCI runtime: its cgroup (which
-        // holds nothing else) is how it is found, killed and removed.
-        let cgroups_path = sandbox.get().cgroups_path.clone();
-        match self.host.remove_cgroup(&cgroups_path) {
-            Ok(()) => reaped,
-            Err(e) => {
-                tracing::error!(sandbox = %id, error = %e, "removing the pause's cgroup of a dead shim");
-                false
+        // A pause or container the shim made itself is unknown to the OCI runtime: its
+        // cgroup (which holds nothing else) is how it is found, killed and removed.
+        let (cgroups_path, parent) = {
+            let rec = sandbox.get();
+            (rec.cgroups_path.clone(), rec.cgroup_parent.clone())
+        };
+        let mut paths: Vec<String> = ids[..ids.len() - 1]
+            .iter()
+            .map(|c| crate::cgroups::cgroups_path(self.settings.cgroup_driver, &parent, c))
+            .collect();
+        paths.push(cgroups_path);
+        let mut removed = true;
+        for path in &paths {
+            if let Err(e) = self.host.remove_cgroup(path) {
+                tracing::error!(sandbox = %id, cgroup = %path, error = %e, "removing a cgroup of a dead shim");
+                removed = false;
             }
         }
+        reaped && removed
     }
 }

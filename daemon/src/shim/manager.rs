@@ -20,6 +20,8 @@ pub struct ShimManager {
     socket_dir: PathBuf,
     /// The shims' `--exec` (`runtime.exec`).
     exec: &'static str,
+    /// The shims' `--create` (`runtime.create`).
+    create: &'static str,
     clients: Mutex<HashMap<String, Arc<dyn Shim>>>,
 }
 
@@ -30,6 +32,7 @@ impl ShimManager {
             runtimes: handlers.runtimes(),
             socket_dir,
             exec: "native",
+            create: "native",
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -37,6 +40,12 @@ impl ShimManager {
     /// Shims started from now on start execs this way (`native` or `runc`).
     pub fn with_exec(mut self, exec: &'static str) -> ShimManager {
         self.exec = exec;
+        self
+    }
+
+    /// Shims started from now on create app containers this way (`native` or `runc`).
+    pub fn with_create(mut self, create: &'static str) -> ShimManager {
+        self.create = create;
         self
     }
 
@@ -94,6 +103,7 @@ impl Shims for ShimManager {
             .arg("--log")
             .arg(log)
             .args(["--exec", self.exec])
+            .args(["--create", self.create])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(log_file);

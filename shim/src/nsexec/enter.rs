@@ -152,6 +152,16 @@ pub(super) struct Prepared {
     /// A root to chroot into before anything else (a pause started natively); an exec's
     /// process has its container's root already.
     root: Option<CString>,
+    /// A root to make and pivot into before anything else (a container created natively).
+    rootfs: Option<super::rootfs::Plan>,
+    /// A container created natively waits, ready to exec, until a byte comes on this
+    /// descriptor (its start); end of file (its shim gone) ends it instead.
+    start_fd: Option<RawFd>,
+    /// The failure pipe of [`start_process`]: closed by a process that waits for its start,
+    /// which tells the helper it is ready.
+    ready_fd: Option<RawFd>,
+    /// A terminal's exec: the pty is made in the child and its master sent here.
+    console: Option<RawFd>,
 }
 
 impl Prepared {
@@ -162,6 +172,22 @@ impl Prepared {
             .map_err(|_| format!("root {} holds a NUL", root.display()))?;
         self.root = Some(root);
         Ok(self)
+    }
+
+    /// The process gets a terminal, made in its container (whose mount namespace the
+    /// helper has joined), its master sent over the connected socket `console` as runc sends
+    /// it to a console socket.
+    pub(super) fn with_console(mut self, console: RawFd) -> Prepared {
+        self.console = Some(console);
+        self
+    }
+
+    /// The process makes its root by `plan` and waits on `start_fd` before it execs (a
+    /// container created natively).
+    pub(super) fn created(mut self, plan: super::rootfs::Plan, start_fd: RawFd) -> Prepared {
+        self.rootfs = Some(plan);
+        self.start_fd = Some(start_fd);
+        self
     }
 }
 
@@ -238,6 +264,10 @@ pub(super) fn prepare(
         rlimits,
         bpf,
         root: None,
+        rootfs: None,
+        start_fd: None,
+        ready_fd: None,
+        console: None,
     })
 }
 
@@ -292,10 +322,24 @@ pub(super) fn start_process(
         -1 => Err(os("clone")),
         0 => {
             drop(reader);
-            let err = match take_stdio(stdio) {
+            p.ready_fd = Some(writer.as_raw_fd());
+            let stdio = match p.console.map(make_terminal) {
+                None => Ok(stdio),
+                Some(Ok(slave)) => Ok([slave; 3]),
+                Some(Err(e)) => Err(e),
+            };
+            let err = match stdio.and_then(take_stdio) {
                 Err(e) => e,
                 Ok(()) => become_process(p),
             };
+            if p.ready_fd.is_none() {
+                // Ready was told and the pipe closed: the failure goes to the process's
+                // stderr (its log), as a runtime's init tells a failed exec after start.
+                std::mem::forget(writer);
+                let _ = std::io::stderr().write_all(format!("{err}\n").as_bytes());
+                // SAFETY: leave without running the helper's exit handlers in the child.
+                unsafe { libc::_exit(127) }
+            }
             let mut w = writer;
             let _ = w.write_all(err.as_bytes());
             // SAFETY: leave without running the helper's exit handlers in the child.
@@ -312,6 +356,47 @@ pub(super) fn start_process(
             }
         }
     }
+}
+
+/// In the child: a pty in the container's devpts (its `/dev/ptmx`), unlocked, its master
+/// sent over `console` with its name (as runc's `SendFd`); returns the slave.
+fn make_terminal(console: RawFd) -> Result<RawFd, String> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    // SAFETY: open of a C string; the descriptors below are this child's.
+    let master = unsafe {
+        libc::open(
+            c"/dev/ptmx".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if master < 0 {
+        return Err(os("exec failed: open /dev/ptmx"));
+    }
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK with a pointer to an int; TIOCGPTPEER with flags.
+    if unsafe { libc::ioctl(master, libc::TIOCSPTLCK, &unlock) } < 0 {
+        return Err(os("exec failed: unlock the pty"));
+    }
+    let slave = unsafe { libc::ioctl(master, libc::TIOCGPTPEER, libc::O_RDWR | libc::O_NOCTTY) };
+    if slave < 0 {
+        return Err(os("exec failed: open the pty's slave"));
+    }
+    let name = b"/dev/ptmx";
+    let fds = [master];
+    sendmsg::<()>(
+        console,
+        &[std::io::IoSlice::new(name)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(|e| format!("exec failed: send the terminal's master: {e}"))?;
+    // SAFETY: the master is the shim's now; the socket is not used again.
+    unsafe {
+        libc::close(master);
+        libc::close(console);
+    }
+    Ok(slave)
 }
 
 /// In the child: `fds` become its stdin, stdout and stderr (they are above 2: the helper's
@@ -337,10 +422,17 @@ fn become_process(p: &mut Prepared) -> String {
 enum Never {}
 
 fn setup(p: &mut Prepared) -> Result<Never, String> {
+    if let Some(plan) = &p.rootfs {
+        plan.enter()?;
+    }
     reset_signals();
     // SAFETY: setsid has no preconditions.
     if unsafe { libc::setsid() } < 0 {
         return Err(os("setsid"));
+    }
+    // SAFETY: ioctl on stdin, a terminal's slave when there is a console.
+    if p.console.is_some() && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
+        return Err(os("set the controlling terminal"));
     }
     for (resource, limit) in &p.rlimits {
         // SAFETY: a valid rlimit.
@@ -393,10 +485,38 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
     let _ = in_cwd;
     caps::keep_caps(false)?;
     caps::apply(&p.sets, p.last_cap)?;
+    if let Some(start_fd) = p.start_fd {
+        wait_for_start(p, start_fd)?;
+    }
     if let (Some((bpf, flags)), true) = (&p.bpf, p.no_new_privs) {
         seccomp::load(bpf, *flags).map_err(|e| format!("load the seccomp filter: {e}"))?;
     }
     exec(p)
+}
+
+/// A created container's init: its program found (a missing one is create's error, as with
+/// runc), ready told (the failure pipe closed), then a wait for its start's byte.
+fn wait_for_start(p: &mut Prepared, start_fd: RawFd) -> Result<(), String> {
+    let program = p.argv[0].to_string_lossy().into_owned();
+    resolve(&program, &p.env)?;
+    if let Some(fd) = p.ready_fd.take() {
+        // SAFETY: the pipe's write end, owned by start_process, which no longer writes it.
+        unsafe { libc::close(fd) };
+    }
+    let mut byte = [0u8; 1];
+    loop {
+        // SAFETY: a read into a live one-byte buffer.
+        let n = unsafe { libc::read(start_fd, byte.as_mut_ptr().cast(), 1) };
+        match n {
+            1 => break,
+            0 => return Err("the shim went away before the container was started".into()),
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return Err(os("wait for the start")),
+        }
+    }
+    // SAFETY: the descriptor is not used again.
+    unsafe { libc::close(start_fd) };
+    Ok(())
 }
 
 /// Signal dispositions and mask as the program finds them after `runc exec`: every signal

@@ -10,16 +10,20 @@
 //! peapod-shim nsexec --resident --bundle DIR --init-pid PID    (stdin: the shim's socket)
 //! ```
 //!
-//! The same machinery starts a pod's pause without the runtime ([`pause`]):
+//! The same machinery starts a pod's pause without the runtime ([`pause`]) and creates its
+//! app containers ([`create`], [`rootfs`]):
 //!
 //! ```text
 //! peapod-shim nsexec --pause --bundle DIR --pid-file FILE
+//! peapod-shim nsexec --create --bundle DIR --pid-file FILE
 //! ```
 
 pub mod caps;
+pub mod create;
 pub mod enter;
 pub mod pause;
 pub mod resident;
+pub mod rootfs;
 pub mod seccomp;
 pub mod spec;
 pub mod wire;
@@ -33,6 +37,7 @@ pub fn main(args: impl Iterator<Item = String>) -> i32 {
     let mut pid_file = None;
     let mut resident = false;
     let mut pause = false;
+    let mut create = false;
     let mut args = args;
     while let Some(flag) = args.next() {
         if flag == "--resident" {
@@ -41,6 +46,10 @@ pub fn main(args: impl Iterator<Item = String>) -> i32 {
         }
         if flag == "--pause" {
             pause = true;
+            continue;
+        }
+        if flag == "--create" {
+            create = true;
             continue;
         }
         let Some(value) = args.next() else {
@@ -53,14 +62,19 @@ pub fn main(args: impl Iterator<Item = String>) -> i32 {
             _ => return usage(),
         }
     }
-    match (resident, pause, bundle, init_pid, pid_file) {
-        (true, false, Some(bundle), Some(init_pid), None) => resident::main(&bundle, init_pid),
-        (false, true, Some(bundle), None, Some(pid_file)) => pause::main(&bundle, &pid_file),
+    match (resident, pause, create, bundle, init_pid, pid_file) {
+        (true, false, false, Some(bundle), Some(init_pid), None) => {
+            resident::main(&bundle, init_pid)
+        }
+        (false, true, false, Some(bundle), None, Some(pid_file)) => pause::main(&bundle, &pid_file),
+        (false, false, true, Some(bundle), None, Some(pid_file)) => {
+            create::main(&bundle, &pid_file)
+        }
         _ => usage(),
     }
 }
 
 fn usage() -> i32 {
-    eprintln!("usage: peapod-shim nsexec --resident --bundle DIR --init-pid PID (stdin: the shim's socket)\n       peapod-shim nsexec --pause --bundle DIR --pid-file FILE");
+    eprintln!("usage: peapod-shim nsexec --resident --bundle DIR --init-pid PID (stdin: the shim's socket)\n       peapod-shim nsexec --pause --bundle DIR --pid-file FILE\n       peapod-shim nsexec --create --bundle DIR --pid-file FILE (fd 3: start pipe, fd 4: stderr)");
     2
 }

@@ -110,7 +110,7 @@ pub fn unsupported(spec: &PauseSpec, lsm: &Lsm) -> Option<&'static str> {
 }
 
 /// The clone flag of a namespace kind [`unsupported`] lets through.
-fn flag(kind: &str) -> libc::c_int {
+pub(super) fn flag(kind: &str) -> libc::c_int {
     match kind {
         "network" => libc::CLONE_NEWNET,
         "ipc" => libc::CLONE_NEWIPC,
@@ -122,7 +122,13 @@ fn flag(kind: &str) -> libc::c_int {
 
 /// The helper's entry point; returns its exit status.
 pub fn main(bundle: &Path, pid_file: &Path) -> i32 {
-    match start(bundle) {
+    report(start(bundle), pid_file)
+}
+
+/// A helper's exit status for `started`: 0 with the process's pid written to `pid_file`, or
+/// 1 with why on stderr.
+pub(super) fn report(started: Result<i32, String>, pid_file: &Path) -> i32 {
+    match started {
         Ok(pid) => {
             // Written whole, then renamed: the shim reads it only after this exits, but a
             // torn file must never name a wrong process.
@@ -144,6 +150,26 @@ pub fn main(bundle: &Path, pid_file: &Path) -> i32 {
     }
 }
 
+/// The spec's hostname and sysctls, in this process's (new or joined) namespaces.
+pub(super) fn set_hostname_and_sysctls(
+    hostname: Option<&str>,
+    sysctls: &HashMap<String, String>,
+) -> Result<(), String> {
+    if let Some(name) = hostname.filter(|h| !h.is_empty()) {
+        // SAFETY: a pointer and length of a live string.
+        if unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } < 0 {
+            return Err(format!(
+                "set the hostname {name:?}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    for (key, value) in sysctls {
+        write_sysctl(key, value)?;
+    }
+    Ok(())
+}
+
 fn start(bundle: &Path) -> Result<i32, String> {
     let spec: PauseSpec = spec::read(&bundle.join("config.json"))?;
     if let Some(why) = unsupported(&spec, &Lsm::of_host()) {
@@ -160,19 +186,9 @@ fn start(bundle: &Path) -> Result<i32, String> {
             .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
     }
     join_cgroup(&spec.linux)?;
-    let new_pid_ns = enter_namespaces(&spec.linux.namespaces)?;
-    if let Some(name) = spec.hostname.as_deref().filter(|h| !h.is_empty()) {
-        // SAFETY: a pointer and length of a live string.
-        if unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) } < 0 {
-            return Err(format!(
-                "set the hostname {name:?}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    for (key, value) in &spec.linux.sysctl {
-        write_sysctl(key, value)?;
-    }
+    // Nothing mounted in the pause's namespace reaches the host, as with runc's rprivate.
+    let new_pid_ns = enter_namespaces(&spec.linux.namespaces, libc::MS_REC | libc::MS_PRIVATE)?;
+    set_hostname_and_sysctls(spec.hostname.as_deref(), &spec.linux.sysctl)?;
     let flags = if new_pid_ns { libc::CLONE_NEWPID } else { 0 };
     enter::start_process(&mut prepared, [0, 1, 2], flags)
 }
@@ -207,9 +223,12 @@ fn join_cgroup(linux: &PauseLinux) -> Result<(), String> {
 }
 
 /// Joins the namespaces given by path (all opened first: a path may be relative to a
-/// namespace being left) and unshares the others but PID; true if a new PID namespace is
-/// wanted (the clone makes it).
-fn enter_namespaces(namespaces: &[Namespace]) -> Result<bool, String> {
+/// namespace being left) and unshares the others but PID, a new mount namespace's `/` given
+/// `propagation`; true if a new PID namespace is wanted (the clone makes it).
+pub(super) fn enter_namespaces(
+    namespaces: &[Namespace],
+    propagation: libc::c_ulong,
+) -> Result<bool, String> {
     let mut joins = Vec::new();
     for ns in namespaces {
         if let Some(path) = &ns.path {
@@ -245,21 +264,20 @@ fn enter_namespaces(namespaces: &[Namespace]) -> Result<bool, String> {
             std::io::Error::last_os_error()
         ));
     }
-    if unshare & libc::CLONE_NEWNS != 0 {
-        // Nothing mounted in the pause's namespace reaches the host, as with runc's rprivate.
+    if unshare & libc::CLONE_NEWNS != 0 && propagation != 0 {
         // SAFETY: valid C strings; no data.
         let made_private = unsafe {
             libc::mount(
                 std::ptr::null(),
                 c"/".as_ptr(),
                 std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
+                propagation,
                 std::ptr::null(),
             )
         };
         if made_private < 0 {
             return Err(format!(
-                "make / private: {}",
+                "set the propagation of /: {}",
                 std::io::Error::last_os_error()
             ));
         }
@@ -269,7 +287,7 @@ fn enter_namespaces(namespaces: &[Namespace]) -> Result<bool, String> {
 
 /// A sysctl of the pod, written in this process's namespaces (/proc/sys resolves net.*,
 /// kernel IPC and UTS keys by the writer's namespaces).
-fn write_sysctl(key: &str, value: &str) -> Result<(), String> {
+pub(super) fn write_sysctl(key: &str, value: &str) -> Result<(), String> {
     if key.is_empty() || key.split(['.', '/']).any(|p| p.is_empty() || p == "..") {
         return Err(format!("sysctl {key:?} is not a name"));
     }

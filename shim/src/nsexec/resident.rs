@@ -126,6 +126,17 @@ impl Resident {
         if let Some(why) = spec::unsupported(&process, &self.config, &self.lsm) {
             return Err(format!("native exec cannot do {why}"));
         }
+        let mut stdio = stdio;
+        // A terminal's exec: the fourth is the console socket its master goes to.
+        let console = match (process.terminal, stdio.len()) {
+            (true, 4) => stdio.pop(),
+            (false, 3) => None,
+            (terminal, n) => {
+                return Err(format!(
+                    "an exec (terminal: {terminal}) with {n} descriptors"
+                ))
+            }
+        };
         let [stdin, stdout, stderr]: [OwnedFd; 3] =
             stdio.try_into().map_err(|fds: Vec<OwnedFd>| {
                 format!("an exec needs 3 descriptors, not {}", fds.len())
@@ -141,6 +152,9 @@ impl Resident {
             }
         }
         let mut prepared = enter::prepare(&process, self.bpf.clone())?;
+        if let Some(console) = &console {
+            prepared = prepared.with_console(console.as_raw_fd());
+        }
         let fds = [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()];
         enter::start_process(&mut prepared, fds, 0)
     }

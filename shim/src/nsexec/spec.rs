@@ -45,6 +45,8 @@ pub struct User {
     pub gid: u32,
     #[serde(default)]
     pub additional_gids: Vec<u32>,
+    /// Only a native create reads it: it refuses a process that sets one.
+    pub umask: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -131,14 +133,21 @@ pub fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, String> {
 
 /// Why this exec is left to the OCI runtime, if it is: what the native path does not do.
 pub fn unsupported(process: &Process, config: &Config, lsm: &Lsm) -> Option<&'static str> {
-    unsupported_process(process, lsm).or_else(|| unsupported_config(config))
+    unsupported_exec_process(process, lsm).or_else(|| unsupported_config(config))
 }
 
-/// What [`unsupported`] finds in the exec's own process.
+/// What a native pause or create refuses in its process: a terminal at create (the console
+/// of a container's init is the runtime's), and what [`unsupported_exec_process`] refuses.
 pub fn unsupported_process(process: &Process, lsm: &Lsm) -> Option<&'static str> {
     if process.terminal {
         return Some("a terminal (the runtime allocates the pty inside the container)");
     }
+    unsupported_exec_process(process, lsm)
+}
+
+/// What [`unsupported`] finds in the exec's own process (an exec's terminal is made by the
+/// helper's child in the container, and its master sent to the console socket).
+pub fn unsupported_exec_process(process: &Process, lsm: &Lsm) -> Option<&'static str> {
     if process.args.is_empty() {
         return Some("no arguments");
     }
@@ -206,7 +215,14 @@ mod tests {
         let plain = process(r#"{"args":["true"],"user":{"uid":0,"gid":0}}"#);
         assert_eq!(unsupported(&plain, &cfg, &none), None);
         let tty = process(r#"{"args":["sh"],"terminal":true}"#);
-        assert!(unsupported(&tty, &cfg, &none).unwrap().contains("terminal"));
+        assert_eq!(
+            unsupported(&tty, &cfg, &none),
+            None,
+            "an exec's terminal is native"
+        );
+        assert!(unsupported_process(&tty, &none)
+            .unwrap()
+            .contains("terminal"));
         let aa = process(r#"{"args":["true"],"apparmorProfile":"x"}"#);
         assert_eq!(unsupported(&aa, &cfg, &none), None, "not enforced here");
         let enforced = Lsm {

@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 /// The largest message either side accepts (a process spec with a large environment).
 pub const MAX_MESSAGE: usize = 16 << 20;
 /// Descriptors one message may carry.
-const MAX_FDS: usize = 3;
+const MAX_FDS: usize = 4;
 
 /// The helper's answers.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]

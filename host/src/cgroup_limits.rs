@@ -1,0 +1,534 @@
+//! A container's resources (runtime-spec `linux.resources`) written to its cgroup on a
+//! cgroup v1 (or hybrid) host, as runc 1.1's cgroupfs manager writes them at create and at
+//! `runc update` (runc 1.1 never writes `memory.kmem.*`): what lets the shim create and update containers without runc.
+//!
+//! Only files of hierarchies the host has are written; a value for a controller the host
+//! lacks is an error naming the file, as runc's would be. What this module does not write
+//! is told by [`unsupported`], before anything is made.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// runc 1.1's default device rules (libcontainer/specconv `AllowedDevices`), added after the
+/// spec's own at create: `mknod` of any device, the standard character devices (null,
+/// random, full, tty, zero, urandom), the pty slaves and ptmx, and /dev/net/tun.
+pub const DEFAULT_DEVICE_RULES: [&str; 11] = [
+    "c *:* m",
+    "b *:* m",
+    "c 1:3 rwm",
+    "c 1:8 rwm",
+    "c 1:7 rwm",
+    "c 5:0 rwm",
+    "c 1:5 rwm",
+    "c 1:9 rwm",
+    "c 136:* rwm",
+    "c 5:2 rwm",
+    "c 10:200 rwm",
+];
+
+fn set(v: &Value, key: &str) -> bool {
+    v.get(key).is_some_and(|x| !x.is_null())
+}
+
+/// Why `resources` cannot be written by this module, if so (the runtime then does it).
+pub fn unsupported(resources: &Value) -> Option<&'static str> {
+    let Some(map) = resources.as_object() else {
+        return (!resources.is_null()).then_some("resources that are not an object");
+    };
+    for (key, value) in map {
+        if value.is_null() {
+            continue;
+        }
+        match key.as_str() {
+            "memory" | "cpu" | "pids" | "hugepageLimits" | "blockIO" | "devices" => {}
+            "unified" if value.as_object().is_some_and(|m| m.is_empty()) => {}
+            "unified" => return Some("unified (cgroup v2) resources"),
+            "network" => return Some("network class or priorities"),
+            "rdma" => return Some("RDMA limits"),
+            _ => return Some("a resource this shim does not know"),
+        }
+    }
+    if resources.get("cpu").is_some_and(|c| set(c, "idle")) {
+        return Some("a CPU idle setting");
+    }
+    if resources
+        .get("memory")
+        .is_some_and(|m| set(m, "checkBeforeUpdate"))
+    {
+        return Some("a memory check before update");
+    }
+    None
+}
+
+/// The directory of cgroup `path` in the v1 hierarchy of `controller` under `root`.
+fn dir(root: &Path, controller: &str, path: &str) -> Option<PathBuf> {
+    crate::cgroup::v1_dir(root, controller, path)
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> Result<(), String> {
+    let path = dir.join(file);
+    std::fs::write(&path, value).map_err(|e| format!("write {} = {value}: {e}", path.display()))
+}
+
+/// The directory of `controller`, which must exist when a value is set for it.
+fn need(root: &Path, controller: &str, path: &str, file: &str) -> Result<PathBuf, String> {
+    dir(root, controller, path).ok_or_else(|| {
+        format!(
+            "write {file}: no {controller} cgroup {path} on this host (under {})",
+            root.display()
+        )
+    })
+}
+
+fn int(v: &Value, key: &str) -> Option<i64> {
+    v.get(key).and_then(Value::as_i64)
+}
+
+/// Writes `resources` to cgroup `path` under `root` (`/sys/fs/cgroup`). `create`: at the
+/// container's create (device rules are written); an update leaves devices alone, as
+/// `runc update` does.
+pub fn apply_v1(root: &Path, path: &str, resources: &Value, create: bool) -> Result<(), String> {
+    if let Some(m) = resources.get("memory").filter(|m| !m.is_null()) {
+        memory(root, path, m)?;
+    }
+    if let Some(c) = resources.get("cpu").filter(|c| !c.is_null()) {
+        cpu(root, path, c)?;
+    }
+    // runc's zero is "not set"; below zero, no limit.
+    if let Some(limit) = resources
+        .get("pids")
+        .and_then(|p| int(p, "limit"))
+        .filter(|l| *l != 0)
+    {
+        let d = need(root, "pids", path, "pids.max")?;
+        let value = if limit > 0 {
+            limit.to_string()
+        } else {
+            "max".into()
+        };
+        write(&d, "pids.max", &value)?;
+    }
+    if let Some(pages) = resources.get("hugepageLimits").and_then(Value::as_array) {
+        for p in pages {
+            let size = p
+                .get("pageSize")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let limit = p.get("limit").and_then(Value::as_u64).unwrap_or_default();
+            let file = format!("hugetlb.{size}.limit_in_bytes");
+            let d = need(root, "hugetlb", path, &file)?;
+            write(&d, &file, &limit.to_string())?;
+        }
+    }
+    if let Some(b) = resources.get("blockIO").filter(|b| !b.is_null()) {
+        block_io(root, path, b)?;
+    }
+    if create {
+        if let Some(d) = dir(root, "devices", path) {
+            let rules = resources
+                .get("devices")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let (default_allow, exceptions) = emulate_devices(&rules);
+            let (default_file, exception_file) = if default_allow {
+                ("devices.allow", "devices.deny")
+            } else {
+                ("devices.deny", "devices.allow")
+            };
+            write(&d, default_file, "a")?;
+            for e in exceptions {
+                write(&d, exception_file, &e.line())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One device rule, parsed: a type (`a`, `b`, `c`), major and minor (`None`: any), access.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct DeviceRule {
+    kind: char,
+    major: Option<i64>,
+    minor: Option<i64>,
+    access: String,
+}
+
+impl DeviceRule {
+    fn parse(rule: &Value) -> (bool, DeviceRule) {
+        let allow = rule.get("allow").and_then(Value::as_bool).unwrap_or(false);
+        let kind = rule
+            .get("type")
+            .and_then(Value::as_str)
+            .and_then(|t| t.chars().next())
+            .unwrap_or('a');
+        let num = |key: &str| rule.get(key).and_then(Value::as_i64).filter(|n| *n >= 0);
+        let access = rule
+            .get("access")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty())
+            .unwrap_or("rwm");
+        let rule = DeviceRule {
+            kind,
+            major: num("major"),
+            minor: num("minor"),
+            access: canonical_access(access),
+        };
+        (allow, rule)
+    }
+
+    fn parse_line(line: &str) -> DeviceRule {
+        let mut parts = line.split(' ');
+        let kind = parts.next().and_then(|t| t.chars().next()).unwrap_or('a');
+        let (major, minor) = parts
+            .next()
+            .and_then(|n| n.split_once(':'))
+            .unwrap_or(("*", "*"));
+        let num = |n: &str| n.parse::<i64>().ok();
+        DeviceRule {
+            kind,
+            major: num(major),
+            minor: num(minor),
+            access: canonical_access(parts.next().unwrap_or("rwm")),
+        }
+    }
+
+    fn whole_list(&self) -> bool {
+        self.kind == 'a' && self.major.is_none() && self.minor.is_none()
+    }
+
+    /// As the devices files take it: `c 1:3 rwm`.
+    fn line(&self) -> String {
+        let n = |v: Option<i64>| v.map_or("*".to_string(), |v| v.to_string());
+        format!(
+            "{} {}:{} {}",
+            self.kind,
+            n(self.major),
+            n(self.minor),
+            self.access
+        )
+    }
+}
+
+fn canonical_access(access: &str) -> String {
+    "rwm".chars().filter(|c| access.contains(*c)).collect()
+}
+
+/// The cgroup's device state after the spec's rules and then runc's defaults, as runc's
+/// devices emulator computes it: whether devices are allowed by default, and the exceptions
+/// to that, sorted (the order runc writes them in, and so the kernel's `devices.list`).
+fn emulate_devices(spec_rules: &[Value]) -> (bool, Vec<DeviceRule>) {
+    let mut default_allow = true;
+    let mut exceptions: Vec<DeviceRule> = Vec::new();
+    let defaults = DEFAULT_DEVICE_RULES
+        .iter()
+        .map(|l| (true, DeviceRule::parse_line(l)));
+    for (allow, rule) in spec_rules.iter().map(DeviceRule::parse).chain(defaults) {
+        if rule.whole_list() {
+            default_allow = allow;
+            exceptions.clear();
+            continue;
+        }
+        let same = exceptions
+            .iter()
+            .position(|e| e.kind == rule.kind && e.major == rule.major && e.minor == rule.minor);
+        if allow != default_allow {
+            // An exception to the default: added, or its access widened.
+            match same {
+                Some(i) => {
+                    let merged = format!("{}{}", exceptions[i].access, rule.access);
+                    exceptions[i].access = canonical_access(&merged);
+                }
+                None => exceptions.push(rule),
+            }
+        } else if let Some(i) = same {
+            // Back to the default for this access.
+            let left: String = exceptions[i]
+                .access
+                .chars()
+                .filter(|c| !rule.access.contains(*c))
+                .collect();
+            if left.is_empty() {
+                exceptions.remove(i);
+            } else {
+                exceptions[i].access = left;
+            }
+        }
+    }
+    exceptions.sort();
+    (default_allow, exceptions)
+}
+
+/// runc's `setMemoryAndSwap` and the rest of its memory group.
+fn memory(root: &Path, path: &str, m: &Value) -> Result<(), String> {
+    // runc's zero is "not set".
+    let limit = int(m, "limit").filter(|v| *v != 0);
+    let mut swap = int(m, "swap").filter(|v| *v != 0);
+    if limit.is_some() || swap.is_some() {
+        let d = need(root, "memory", path, "memory.limit_in_bytes")?;
+        // An unlimited memory with swap unsaid: swap unlimited too, where the kernel counts it.
+        if limit == Some(-1) && swap.is_none() && d.join("memory.memsw.limit_in_bytes").exists() {
+            swap = Some(-1);
+        }
+        // The kernel keeps memsw at or above the memory limit at every step: swap first when
+        // it is unlimited or above the current limit (runc's setMemoryAndSwap).
+        let swap_first = match (limit, swap) {
+            (Some(_), Some(s)) => {
+                s == -1
+                    || std::fs::read_to_string(d.join("memory.limit_in_bytes"))
+                        .ok()
+                        .and_then(|t| t.trim().parse::<u64>().ok())
+                        .is_some_and(|cur| cur < s as u64)
+            }
+            _ => false,
+        };
+        let write_limit = |v: i64| write(&d, "memory.limit_in_bytes", &v.to_string());
+        let write_swap = |v: i64| write(&d, "memory.memsw.limit_in_bytes", &v.to_string());
+        if swap_first {
+            if let Some(s) = swap {
+                write_swap(s)?;
+            }
+            if let Some(l) = limit {
+                write_limit(l)?;
+            }
+        } else {
+            if let Some(l) = limit {
+                write_limit(l)?;
+            }
+            if let Some(s) = swap {
+                write_swap(s)?;
+            }
+        }
+    }
+    let files = [
+        ("reservation", "memory.soft_limit_in_bytes"),
+        ("swappiness", "memory.swappiness"),
+    ];
+    for (key, file) in files {
+        // A reservation of zero is "not set"; a swappiness of -1 too (0 is a value).
+        let not_set = if key == "swappiness" { -1 } else { 0 };
+        if let Some(v) = int(m, key).filter(|v| *v != not_set) {
+            let d = need(root, "memory", path, file)?;
+            write(&d, file, &v.to_string())?;
+        }
+    }
+    if m.get("disableOOMKiller").and_then(Value::as_bool) == Some(true) {
+        let d = need(root, "memory", path, "memory.oom_control")?;
+        write(&d, "memory.oom_control", "1")?;
+    }
+    Ok(())
+}
+
+/// runc's cpu and cpuset groups: shares, then period before quota (a quota must fit the
+/// period at each step), realtime period before runtime, then the CPU and memory sets.
+fn cpu(root: &Path, path: &str, c: &Value) -> Result<(), String> {
+    let files = [
+        ("shares", "cpu.shares"),
+        ("period", "cpu.cfs_period_us"),
+        ("quota", "cpu.cfs_quota_us"),
+        ("realtimePeriod", "cpu.rt_period_us"),
+        ("realtimeRuntime", "cpu.rt_runtime_us"),
+    ];
+    for (key, file) in files {
+        match int(c, key) {
+            // runc skips zero values: the kernel's default stays.
+            Some(v) if v != 0 => {
+                let d = need(root, "cpu", path, file)?;
+                write(&d, file, &v.to_string())?;
+            }
+            _ => {}
+        }
+    }
+    for (key, file) in [("cpus", "cpuset.cpus"), ("mems", "cpuset.mems")] {
+        if let Some(v) = c.get(key).and_then(Value::as_str).filter(|v| !v.is_empty()) {
+            let d = need(root, "cpuset", path, file)?;
+            write(&d, file, v)?;
+        }
+    }
+    Ok(())
+}
+
+/// runc's blkio group.
+fn block_io(root: &Path, path: &str, b: &Value) -> Result<(), String> {
+    for (key, file) in [
+        ("weight", "blkio.weight"),
+        ("leafWeight", "blkio.leaf_weight"),
+    ] {
+        if let Some(v) = int(b, key).filter(|v| *v != 0) {
+            let d = need(root, "blkio", path, file)?;
+            write(&d, file, &v.to_string())?;
+        }
+    }
+    let device = |e: &Value| -> String {
+        format!(
+            "{}:{}",
+            int(e, "major").unwrap_or_default(),
+            int(e, "minor").unwrap_or_default()
+        )
+    };
+    if let Some(list) = b.get("weightDevice").and_then(Value::as_array) {
+        for e in list {
+            for (key, file) in [
+                ("weight", "blkio.weight_device"),
+                ("leafWeight", "blkio.leaf_weight_device"),
+            ] {
+                if let Some(w) = int(e, key) {
+                    let d = need(root, "blkio", path, file)?;
+                    write(&d, file, &format!("{} {w}", device(e)))?;
+                }
+            }
+        }
+    }
+    let throttles = [
+        ("throttleReadBpsDevice", "blkio.throttle.read_bps_device"),
+        ("throttleWriteBpsDevice", "blkio.throttle.write_bps_device"),
+        ("throttleReadIOPSDevice", "blkio.throttle.read_iops_device"),
+        (
+            "throttleWriteIOPSDevice",
+            "blkio.throttle.write_iops_device",
+        ),
+    ];
+    for (key, file) in throttles {
+        if let Some(list) = b.get(key).and_then(Value::as_array) {
+            for e in list {
+                let rate = e.get("rate").and_then(Value::as_u64).unwrap_or_default();
+                let d = need(root, "blkio", path, file)?;
+                write(&d, file, &format!("{} {rate}", device(e)))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Freezes (`runc pause`) or thaws (`runc resume`) cgroup `path`, waiting until the kernel
+/// reports the state reached.
+pub fn freeze_v1(root: &Path, path: &str, frozen: bool) -> Result<(), String> {
+    let d = need(root, "freezer", path, "freezer.state")?;
+    let want = if frozen { "FROZEN" } else { "THAWED" };
+    for _ in 0..2000 {
+        write(&d, "freezer.state", want)?;
+        let now = std::fs::read_to_string(d.join("freezer.state")).unwrap_or_default();
+        if now.trim() == want {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Err(format!(
+        "{} did not become {want}",
+        d.join("freezer.state").display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A v1 host under a temporary root: each controller's directory of cgroup `/k/c` with
+    /// empty files.
+    fn host(controllers: &[&str]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        for c in controllers {
+            let d = root.path().join(c).join("k/c");
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(root.path().join(c).join("cgroup.procs"), "").unwrap();
+        }
+        root
+    }
+
+    fn read(root: &Path, c: &str, file: &str) -> String {
+        std::fs::read_to_string(root.join(c).join("k/c").join(file)).unwrap_or_default()
+    }
+
+    #[test]
+    fn limits_are_written_where_runc_writes_them() {
+        let root = host(&["memory", "cpu", "pids", "cpuset"]);
+        let r = json!({
+            "memory": {"limit": 1000000, "swap": 1000000, "reservation": 500000, "swappiness": null},
+            "cpu": {"shares": 512, "period": 100000, "quota": 50000, "cpus": "0", "mems": ""},
+            "pids": {"limit": -1}
+        });
+        apply_v1(root.path(), "/k/c", &r, false).unwrap();
+        let p = root.path();
+        assert_eq!(read(p, "memory", "memory.limit_in_bytes"), "1000000");
+        assert_eq!(read(p, "memory", "memory.memsw.limit_in_bytes"), "1000000");
+        assert_eq!(read(p, "memory", "memory.soft_limit_in_bytes"), "500000");
+        assert_eq!(read(p, "memory", "memory.swappiness"), "");
+        assert_eq!(read(p, "cpu", "cpu.shares"), "512");
+        assert_eq!(read(p, "cpu", "cpu.cfs_period_us"), "100000");
+        assert_eq!(read(p, "cpu", "cpu.cfs_quota_us"), "50000");
+        assert_eq!(read(p, "cpuset", "cpuset.cpus"), "0");
+        assert_eq!(read(p, "cpuset", "cpuset.mems"), "");
+        assert_eq!(read(p, "pids", "pids.max"), "max");
+    }
+
+    #[test]
+    fn device_rules_come_after_the_specs_own_only_at_create() {
+        let root = host(&["devices"]);
+        let r = json!({"devices": [{"allow": false, "access": "rwm"},
+            {"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rw"}]});
+        // The files are plain files here: each write replaces the last, so the test sees the
+        // last rule written to each.
+        apply_v1(root.path(), "/k/c", &r, true).unwrap();
+        assert_eq!(read(root.path(), "devices", "devices.deny"), "a");
+        assert_eq!(read(root.path(), "devices", "devices.allow"), "c 136:* rwm");
+        let again = host(&["devices"]);
+        apply_v1(again.path(), "/k/c", &r, false).unwrap();
+        assert_eq!(read(again.path(), "devices", "devices.deny"), "");
+    }
+
+    #[test]
+    fn device_rules_end_as_runcs_emulator_leaves_them() {
+        let rules = [
+            json!({"allow": false, "access": "rwm"}),
+            json!({"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rw"}),
+            json!({"allow": true, "type": "c", "major": 1, "minor": 3, "access": "r"}),
+        ];
+        let (allow, list) = emulate_devices(&rules);
+        assert!(!allow);
+        let lines: Vec<String> = list.iter().map(DeviceRule::line).collect();
+        assert_eq!(
+            lines,
+            [
+                "b *:* m",
+                "c *:* m",
+                "c 1:3 rwm",
+                "c 1:5 rwm",
+                "c 1:7 rwm",
+                "c 1:8 rwm",
+                "c 1:9 rwm",
+                "c 5:0 rwm",
+                "c 5:2 rwm",
+                "c 10:200 rwm",
+                "c 10:229 rw",
+                "c 136:* rwm"
+            ]
+        );
+        // Privileged: every device, and nothing after it narrows that.
+        let (allow, list) = emulate_devices(&[json!({"allow": true, "access": "rwm"})]);
+        assert!(allow);
+        assert!(list.is_empty(), "{list:?}");
+    }
+
+    #[test]
+    fn a_value_for_a_missing_controller_names_the_file() {
+        let root = host(&["memory"]);
+        let e = apply_v1(root.path(), "/k/c", &json!({"pids": {"limit": 5}}), false).unwrap_err();
+        assert!(e.contains("pids.max"), "{e}");
+        // Nothing set for it: nothing to write.
+        apply_v1(root.path(), "/k/c", &json!({"pids": null}), false).unwrap();
+    }
+
+    #[test]
+    fn what_is_left_to_the_runtime() {
+        assert_eq!(
+            unsupported(&json!({"memory": {"limit": 1}, "unified": {}})),
+            None
+        );
+        assert!(unsupported(&json!({"unified": {"memory.max": "1"}})).is_some());
+        assert!(unsupported(&json!({"network": {"classID": 1}})).is_some());
+        assert!(unsupported(&json!({"cpu": {"idle": 1}})).is_some());
+        assert!(unsupported(&json!({"whatever": 1})).is_some());
+        assert_eq!(unsupported(&Value::Null), None);
+    }
+}
