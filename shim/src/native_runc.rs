@@ -1,5 +1,6 @@
-//! The runc commands the shim does itself for the containers runc created, so that a
-//! container costs one runtime call, its `runc create` (which meets and reports every error a
+//! The runc commands the shim does itself for the containers runc created (those the shim
+//! cannot create itself: [`crate::native_create`]), so that such a container costs one
+//! runtime call, its `runc create` (which meets and reports every error a
 //! create can): each of the others is a Go program starting and reading its state, about
 //! 8 ms here, for work of a fraction of a millisecond.
 //!

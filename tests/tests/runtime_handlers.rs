@@ -52,12 +52,14 @@ async fn pod_status(d: &mut TestDaemon, id: &str) -> cri::PodSandboxStatus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_on_the_handler_they_ask_for() {
     // test-handler: runc, as the default; by-path: runc named by its full path, which is
-    // another runtime to peapod (a root of its own).
+    // another runtime to peapod (a root of its own). Containers created by runc, whose state
+    // under each handler's root shows where they run (the shim's own creates leave none).
     let mut d = TestDaemon::start_with(
         "runtime-handlers",
         e2e::daemon::DaemonOptions {
             extra_config: format!(
-                "[runtime.handlers.test-handler]\npath = \"runc\"\n\
+                "[runtime]\ncreate = \"runc\"\n\
+                 [runtime.handlers.test-handler]\npath = \"runc\"\n\
                  [runtime.handlers.by-path]\npath = \"{}\"\n",
                 runc_path()
             ),

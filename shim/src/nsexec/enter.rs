@@ -498,7 +498,13 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
 /// runc), ready told (the failure pipe closed), then a wait for its start's byte.
 fn wait_for_start(p: &mut Prepared, start_fd: RawFd) -> Result<(), String> {
     let program = p.argv[0].to_string_lossy().into_owned();
-    resolve(&program, &p.env)?;
+    let path = resolve(&program, &p.env)?;
+    // A path given whole must be there too (Go's LookPath, which runc's init runs).
+    if program.contains('/') {
+        if let Err(e) = std::fs::metadata(path.to_string_lossy().as_ref()) {
+            return Err(format!("exec: {program:?}: stat {program}: {e}"));
+        }
+    }
     if let Some(fd) = p.ready_fd.take() {
         // SAFETY: the pipe's write end, owned by start_process, which no longer writes it.
         unsafe { libc::close(fd) };

@@ -2,7 +2,7 @@
 //! at a container's first exec instead of `runc exec`, that joins the container once and then
 //! forks each exec the shim sends it over a socket ([`wire`], [`resident`]); each child becomes
 //! the process itself ([`enter`]). A failure comes back as runc's would (its wording, in an
-//! error), so the shim handles both alike. What it does not do (a terminal, an enforced
+//! error), so the shim handles both alike. What it does not do (an enforced
 //! AppArmor or SELinux label, a seccomp notify listener: `spec::unsupported`) stays with the
 //! runtime, decided before it starts.
 //!
