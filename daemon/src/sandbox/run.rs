@@ -249,7 +249,7 @@ impl SandboxService {
                 .host
                 .pin_netns(&self.paths.netns_dir(), &id, userns.as_ref())?;
             if &path != planned {
-                sandbox.update(|r| r.netns = Some(path))?;
+                sandbox.update_step(|r| r.netns = Some(path))?;
             }
             crate::failpoint::hit("sandbox.run.after-netns").await;
         }
@@ -259,7 +259,9 @@ impl SandboxService {
                 let result = self.network.setup(&id, path, plan).await?;
                 crate::failpoint::hit("sandbox.run.after-cni-add").await;
                 let ips = crate::network::cni::result_ips(&result);
-                sandbox.update(|r| {
+                // A step (the result is for DEL, which also runs from the plan alone); the
+                // Ready state below is durable with it.
+                sandbox.update_step(|r| {
                     if let Some(c) = r.cni.as_mut() {
                         c.result = result;
                     }
@@ -318,13 +320,13 @@ impl SandboxService {
             // Intent before side effect: the pause's idmapped root is mounted in the sandbox
             // directory, so a crash must leave a record that unmounts it before the directory
             // goes (removing a target with nothing mounted is fine).
-            sandbox.update(|r| r.rootfs_mounted = true)?;
+            sandbox.update_step(|r| r.rootfs_mounted = true)?;
         }
         let pause = self
             .pause_image(id, &rec.dir.join("rootfs"), userns.as_ref())
             .await?;
         if pause.mounted {
-            sandbox.update(|r| r.rootfs_mounted = true)?;
+            sandbox.update_step(|r| r.rootfs_mounted = true)?;
         }
         let bundle = rec.dir.join("bundle");
         std::fs::create_dir_all(&bundle).map_err(|e| Error::path("create", &bundle, e))?;
@@ -352,7 +354,8 @@ impl SandboxService {
                 ..Default::default()
             },
         };
-        sandbox.update(|r| r.pause_create_sent = true)?;
+        // Steps, as each of the intents above: a reboot ends the mount and the pause alike.
+        sandbox.update_step(|r| r.pause_create_sent = true)?;
         shim.create(&task).await
     }
 }

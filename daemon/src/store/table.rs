@@ -10,6 +10,7 @@
 //! kubelet lists every object every second and most of them have not changed since.
 
 use super::names::NameIndex;
+use super::Durability;
 use crate::error::{Error, Result};
 use crate::ids::{IdIndex, Lookup};
 use prost::bytes::Bytes;
@@ -192,7 +193,9 @@ impl<R: Record> Entry<R> {
             return (false, None);
         }
         f(&mut next);
-        let written = crate::blocking::off_runtime(|| super::write_record(&self.file, &next));
+        let written = crate::blocking::off_runtime(|| {
+            super::write_record(&self.file, &next, Durability::Durable)
+        });
         *self.record.write().unwrap_or_else(|p| p.into_inner()) = Current::new(next);
         (true, written.err())
     }
@@ -200,22 +203,38 @@ impl<R: Record> Entry<R> {
     /// Applies `f` to the record and persists it; the in-memory record changes only if the
     /// write succeeded. Readers keep reading the old record while the file is written.
     pub fn update(&self, f: impl FnOnce(&mut R)) -> Result<R> {
+        self.update_with(Durability::Durable, f)
+    }
+
+    /// [`Entry::update`] for a step on the way to a state a call answers with
+    /// ([`Durability::Step`]: no fsync).
+    pub fn update_step(&self, f: impl FnOnce(&mut R)) -> Result<R> {
+        self.update_with(Durability::Step, f)
+    }
+
+    fn update_with(&self, durability: Durability, f: impl FnOnce(&mut R)) -> Result<R> {
         let _writer = self.persist.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = self.get();
         f(&mut next);
-        self.persist_and_swap(next.clone())?;
+        self.persist_and_swap_with(next.clone(), durability)?;
         Ok(next)
     }
 
-    /// Writes `next` (the caller holds `persist`), then swaps it in. The write (an fsync) runs
-    /// off the async workers: other tasks of this worker move to another thread first.
+    /// Writes `next` durably (the caller holds `persist`), then swaps it in.
     fn persist_and_swap(&self, next: R) -> Result<()> {
-        crate::blocking::off_runtime(|| super::write_record(&self.file, &next))?;
+        self.persist_and_swap_with(next, Durability::Durable)
+    }
+
+    /// Writes `next` (the caller holds `persist`), then swaps it in. The write (an fsync, if
+    /// durable) runs off the async workers: other tasks of this worker move to another thread
+    /// first.
+    fn persist_and_swap_with(&self, next: R, durability: Durability) -> Result<()> {
+        crate::blocking::off_runtime(|| super::write_record(&self.file, &next, durability))?;
         *self.record.write().unwrap_or_else(|p| p.into_inner()) = Current::new(next);
         Ok(())
     }
 
-    /// Persists a new object's record for the first time, making its directory.
+    /// Persists a new object's record for the first time, durably, making its directory.
     pub fn create_file(&self) -> Result<()> {
         self.create_file_with(|_| {})
     }
@@ -223,11 +242,24 @@ impl<R: Record> Entry<R> {
     /// [`Entry::create_file`] with `f` applied to the record first: the intents known
     /// before anything is made, in the same write.
     pub fn create_file_with(&self, f: impl FnOnce(&mut R)) -> Result<()> {
-        if let Some(dir) = self.file.parent() {
-            crate::blocking::off_runtime(|| std::fs::create_dir_all(dir))
-                .map_err(|e| Error::path("create", dir, e))?;
-        }
+        self.create_dir()?;
         self.update(f).map(drop)
+    }
+
+    /// [`Entry::create_file`] as a [`Durability::Step`]: for an object whose first record
+    /// names nothing a reboot leaves behind but its directories, which recovery sweeps when
+    /// no record claims them.
+    pub fn create_file_step(&self) -> Result<()> {
+        self.create_dir()?;
+        self.update_step(|_| {}).map(drop)
+    }
+
+    fn create_dir(&self) -> Result<()> {
+        match self.file.parent() {
+            Some(dir) => crate::blocking::off_runtime(|| std::fs::create_dir_all(dir))
+                .map_err(|e| Error::path("create", dir, e)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -5,7 +5,6 @@ use super::{join_err, validate_container_id, ContainerRecord, Store};
 use crate::error::IoContext;
 use crate::fsutil::{self};
 use crate::Error;
-use peapod_host::fs::write_file_atomic;
 use std::path::{Path, PathBuf};
 
 impl Store {
@@ -89,8 +88,15 @@ impl Store {
             std::fs::create_dir_all(&cdir2).ctx(|| format!("creating {}", cdir2.display()))?;
             let meta = serde_json::to_vec(&record)
                 .map_err(|e| Error::json("serialising container record", e))?;
-            write_file_atomic(&cdir2.join("meta.json"), &meta)
-                .ctx(|| format!("writing {}", cdir2.join("meta.json").display()))?;
+            // Atomic, not synced: the container's record is made durable once its create
+            // is done; a reboot before that finds this directory with a meta.json (torn,
+            // lost or whole) that recovery sets aside or sweeps as no record's.
+            peapod_host::fs::write_atomic(
+                &cdir2.join("meta.json"),
+                &meta,
+                peapod_host::fs::Durability::AtomicOnly,
+            )
+            .ctx(|| format!("writing {}", cdir2.join("meta.json").display()))?;
             std::fs::create_dir_all(&target_p)
                 .ctx(|| format!("creating rootfs target {}", target_p.display()))?;
             let mut lowers = lowers2;
