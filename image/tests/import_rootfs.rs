@@ -54,7 +54,29 @@ async fn import_docker_save_archive_with_tags() {
         .unwrap();
     assert_eq!(std::fs::read(target.join("b-file")).unwrap(), b"b");
     assert!(std::fs::symlink_metadata(target.join("bin/vi")).is_err());
+    // The writable layer is volatile: its unmount syncs nothing.
+    assert!(volatile(&target), "{}", super_options(&target));
     store.remove_rootfs("cb", &target).await.unwrap();
+}
+
+/// Whether the overlay at `target` is volatile (Linux 6.12 and later show it as
+/// `fsync=volatile`).
+fn volatile(target: &std::path::Path) -> bool {
+    super_options(target)
+        .split(',')
+        .any(|o| o == "volatile" || o == "fsync=volatile")
+}
+
+/// The superblock options of the filesystem mounted at `target`, from mountinfo.
+fn super_options(target: &std::path::Path) -> String {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let target = target.to_str().unwrap();
+    let line = info
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(target))
+        .last()
+        .unwrap_or_else(|| panic!("{target} is not mounted"));
+    line.split(' ').next_back().unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,6 +219,8 @@ async fn many_layers_exceed_the_mount_option_page() {
     assert_eq!(std::fs::read(target.join("shared")).unwrap(), b"last");
     std::fs::write(target.join("written"), b"w").unwrap();
     assert!(rootfs.upper_dir.unwrap().join("written").exists());
+    // Through the new mount API too.
+    assert!(volatile(&target), "{}", super_options(&target));
     store.remove_rootfs("many", &target).await.unwrap();
     assert!(!peapod_image::is_mountpoint(&target));
 }

@@ -36,6 +36,7 @@ impl ContainerService {
     pub(super) async fn remove_locked(&self, c: &Container) -> Result<()> {
         let rec = c.get();
         self.processes.forget(&rec.id);
+        let started = std::time::Instant::now();
         match self.shims.get(&rec.sandbox_id).await {
             Ok(shim) => {
                 if rec.state == ContainerState::Running {
@@ -51,7 +52,14 @@ impl ContainerService {
                 self.reap_lost(c).await?;
             }
         }
-        self.release_files(&rec).await
+        let deleted = started.elapsed();
+        self.release_files(&rec).await?;
+        tracing::debug!(
+            total_ms = started.elapsed().as_millis() as u64,
+            runtime_ms = deleted.as_millis() as u64,
+            "container removed"
+        );
+        Ok(())
     }
 
     /// Image volumes, the rootfs, the directories and with them the record.

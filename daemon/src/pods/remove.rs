@@ -40,7 +40,15 @@ impl Pods {
     /// Everything of a pod: its containers, then the sandbox's own pieces (pause, network,
     /// shm, shim, files, record).
     pub(super) async fn destroy(&self, sandbox: &Arc<Sandbox>) -> Result<()> {
+        let started = std::time::Instant::now();
         self.containers.remove_all_of(&sandbox.id).await?;
-        self.sandboxes.destroy(sandbox).await
+        let containers = started.elapsed();
+        self.sandboxes.destroy(sandbox).await?;
+        tracing::info!(
+            total_ms = started.elapsed().as_millis() as u64,
+            containers_ms = containers.as_millis() as u64,
+            "pod sandbox removed"
+        );
+        Ok(())
     }
 }

@@ -52,11 +52,16 @@ impl SandboxService {
             self.host.unmount(shm)?;
         }
         let shim = self.live_shim(sandbox).await;
+        let shim_started = std::time::Instant::now();
         if let Some(shim) = &shim {
             shim.delete(&sandbox.id, "").await.optional()?;
             shim.shutdown_and_wait().await?;
             crate::failpoint::hit("sandbox.remove.after-shim-shutdown").await;
         }
+        tracing::debug!(
+            shim_ms = shim_started.elapsed().as_millis() as u64,
+            "the pod's shim ended"
+        );
         // Without a shim (it died, or never started), and for a sandbox a crash left half-made
         // (the pause's runtime create may have been under way when the shim lost its caller,
         // unknown to the shim), the OCI runtime's state of the pause and the shim's socket

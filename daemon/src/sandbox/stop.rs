@@ -38,8 +38,12 @@ impl SandboxService {
     /// so that neither a crash half-way nor a kill that fails leaves it READY without the
     /// network its CNI DEL (run beside the kills) took. Returns whether it was READY: then
     /// [`SandboxService::stop_finish`] tells event watchers, once it is stopped.
+    ///
+    /// StopPodSandbox writes steps only (no fsync): what it ends, a reboot ends too, and a
+    /// record that falls back to READY with its network after one is found with a dead pause
+    /// (NOTREADY) and its DEL is run again on removal (DEL tolerates what is gone).
     pub(crate) fn begin_stop(&self, sandbox: &Sandbox) -> Result<bool> {
-        sandbox.update_if(
+        sandbox.update_step_if(
             |r| r.state != SandboxState::NotReady,
             |r| r.state = SandboxState::NotReady,
         )
@@ -134,7 +138,7 @@ impl SandboxService {
         };
         let unpinned_now = matches!(unpinned, Ok(true));
         if deleted || unpinned_now {
-            sandbox.update(|r| {
+            sandbox.update_step(|r| {
                 if let Some(c) = r.cni.as_mut().filter(|_| deleted) {
                     c.deleted = true;
                 }

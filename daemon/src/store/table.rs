@@ -167,13 +167,31 @@ impl<R: Record> Entry<R> {
     /// Like [`Entry::update`], but only when `pred` holds, checked under the same lock (for
     /// state transitions two tasks may race to make). Returns whether it applied.
     pub fn update_if(&self, pred: impl FnOnce(&R) -> bool, f: impl FnOnce(&mut R)) -> Result<bool> {
+        self.update_if_with(Durability::Durable, pred, f)
+    }
+
+    /// [`Entry::update_if`] for a [`Durability::Step`].
+    pub fn update_step_if(
+        &self,
+        pred: impl FnOnce(&R) -> bool,
+        f: impl FnOnce(&mut R),
+    ) -> Result<bool> {
+        self.update_if_with(Durability::Step, pred, f)
+    }
+
+    fn update_if_with(
+        &self,
+        durability: Durability,
+        pred: impl FnOnce(&R) -> bool,
+        f: impl FnOnce(&mut R),
+    ) -> Result<bool> {
         let _writer = self.persist.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = self.get();
         if !pred(&next) {
             return Ok(false);
         }
         f(&mut next);
-        self.persist_and_swap(next)?;
+        self.persist_and_swap_with(next, durability)?;
         Ok(true)
     }
 
@@ -218,11 +236,6 @@ impl<R: Record> Entry<R> {
         f(&mut next);
         self.persist_and_swap_with(next.clone(), durability)?;
         Ok(next)
-    }
-
-    /// Writes `next` durably (the caller holds `persist`), then swaps it in.
-    fn persist_and_swap(&self, next: R) -> Result<()> {
-        self.persist_and_swap_with(next, Durability::Durable)
     }
 
     /// Writes `next` (the caller holds `persist`), then swaps it in. The write (an fsync, if
