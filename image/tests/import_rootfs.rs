@@ -73,8 +73,7 @@ fn super_options(target: &std::path::Path) -> String {
     let target = target.to_str().unwrap();
     let line = info
         .lines()
-        .filter(|l| l.split(' ').nth(4) == Some(target))
-        .last()
+        .rfind(|l| l.split(' ').nth(4) == Some(target))
         .unwrap_or_else(|| panic!("{target} is not mounted"));
     line.split(' ').next_back().unwrap().to_string()
 }
