@@ -644,6 +644,31 @@ mod tests {
     }
 
     #[test]
+    fn steps_are_read_back_by_a_restarted_daemon_and_fail_like_updates() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = records(dir.path());
+        let e = r.entry(member("s", 1, "p"));
+        e.create_file_step().unwrap();
+        r.write().insert(e.clone());
+        e.update_step(|t| t.n = 3).unwrap();
+        assert!(!e.update_step_if(|t| t.n == 0, |t| t.n = 4).unwrap());
+        assert!(e.update_step_if(|t| t.n == 3, |t| t.n = 5).unwrap());
+        // What a daemon started after kill -9 reads: the last step, whole, and no temporary
+        // file beside it.
+        let again = records(dir.path());
+        assert_eq!(again.resolve("s").unwrap().snapshot().n, 5);
+        let files: Vec<_> = std::fs::read_dir(dir.path().join("things").join("s"))
+            .unwrap()
+            .map(|f| f.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(files, ["thing.json"]);
+        // A step that cannot be written changes nothing, as an update.
+        std::fs::remove_dir_all(dir.path().join("things").join("s")).unwrap();
+        assert!(e.update_step(|t| t.n = 6).is_err());
+        assert_eq!(e.snapshot().n, 5);
+    }
+
+    #[test]
     fn a_fact_kept_elsewhere_is_applied_in_memory_when_its_record_cannot_be_written() {
         let dir = tempfile::tempdir().unwrap();
         // No directory for the record: every write fails.
