@@ -12,6 +12,8 @@
 //!   without leaving it and without opening FIFOs or devices;
 //! - [`userns`]: a pod's user namespace (and its network namespace owned by it) pinned on
 //!   files, idmapped mounts of root filesystems, and the probe that says whether this host can;
+//! - [`libm_pow`]: `pow`, the one function of libm the programs call, so that they do not load
+//!   libm;
 //! - [`timefmt`]: the workspace's clock: nanoseconds since the epoch and RFC 3339 timestamps
 //!   with nanoseconds (CRI log lines, records, events), for the daemon and the shim alike.
 //!
@@ -28,6 +30,7 @@ pub mod cgroup_limits;
 pub mod fs;
 pub mod heap;
 pub mod held;
+pub mod libm_pow;
 pub mod mount;
 pub mod rootfs;
 pub mod timefmt;
