@@ -54,6 +54,15 @@ mod task_api;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+// The unwinder linked in from libgcc_eh.a (gcc's own directory, which the C compiler driver
+// searches) rather than loaded from libgcc_s.so.1: the shim never unwinds but for a panic's
+// backtrace, and the shared library cost each shim its relocated data pages (8 kB private)
+// and the loader's work at every start. Named here, in the program's own crate, its
+// archive comes before the standard library's `-lgcc_s` on the link line, so that the
+// linker finds the unwinder there and `--as-needed` drops libgcc_s.
+#[link(name = "gcc_eh", kind = "static")]
+extern "C" {}
+
 /// The shim's command line.
 #[derive(Debug, Clone)]
 pub struct Args {

@@ -2,8 +2,7 @@
 //! runtime but `exec`, which the shim's own helper does when it can (a few milliseconds
 //! instead of a `runc exec`; a terminal's pty made in the container by the helper's child,
 //! its master sent to the console socket as runc sends it), and the runtime does otherwise:
-//! an enforced AppArmor or SELinux label, a seccomp notify listener, a container with a seccomp profile
-//! on a host without libseccomp, an unreadable spec. The choice is made before anything
+//! an enforced AppArmor or SELinux label, a seccomp notify listener, an unreadable spec. The choice is made before anything
 //! starts, from the same files the helper reads. The helper that does it is the container's
 //! resident one ([`crate::residents`]), started at its first exec and kept.
 //!
@@ -54,7 +53,7 @@ impl NativeExec {
             runc,
             residents: Residents::new(helper, reaper),
             lsm: Lsm::of_host(),
-            spec_verdicts: SpecVerdicts::new(crate::nsexec::seccomp::available()),
+            spec_verdicts: SpecVerdicts::new(),
         }
     }
 
@@ -90,14 +89,12 @@ impl NativeExec {
 
 /// Per container: why its spec leaves every exec to the runtime (None: it does not).
 struct SpecVerdicts {
-    libseccomp: bool,
     by_container: Mutex<HashMap<String, Option<String>>>,
 }
 
 impl SpecVerdicts {
-    fn new(libseccomp: bool) -> SpecVerdicts {
+    fn new() -> SpecVerdicts {
         SpecVerdicts {
-            libseccomp,
             by_container: Mutex::new(HashMap::new()),
         }
     }
@@ -113,12 +110,7 @@ impl SpecVerdicts {
             Ok(c) => c,
             Err(e) => return Some(e),
         };
-        let verdict = spec::unsupported_config(&config)
-            .map(str::to_string)
-            .or_else(|| {
-                (config.linux.seccomp.is_some() && !self.libseccomp)
-                    .then(|| "a seccomp profile and no libseccomp.so.2 on this host".to_string())
-            });
+        let verdict = spec::unsupported_config(&config).map(str::to_string);
         self.map().insert(id.to_string(), verdict.clone());
         verdict
     }
@@ -202,7 +194,7 @@ mod tests {
 
     #[test]
     fn a_spec_is_read_at_the_first_exec_and_kept_until_the_container_goes() {
-        let verdicts = SpecVerdicts::new(true);
+        let verdicts = SpecVerdicts::new();
         let plain = bundle_with(r#"{"linux":{"seccomp":{"defaultAction":"SCMP_ACT_ERRNO"}}}"#);
         assert_eq!(verdicts.get("a", plain.path()), None);
         // Read once: a later change to the file (none happens while a container lives) is
@@ -222,23 +214,12 @@ mod tests {
 
     #[test]
     fn an_unreadable_spec_is_not_kept() {
-        let verdicts = SpecVerdicts::new(true);
+        let verdicts = SpecVerdicts::new();
         let dir = tempfile::tempdir().expect("tempdir");
         assert!(verdicts
             .get("b", dir.path())
             .is_some_and(|why| why.contains("config.json")));
         std::fs::write(dir.path().join("config.json"), "{}").expect("write");
         assert_eq!(verdicts.get("b", dir.path()), None);
-    }
-
-    #[test]
-    fn a_seccomp_profile_without_libseccomp_goes_to_the_runtime() {
-        let verdicts = SpecVerdicts::new(false);
-        let seccomp = bundle_with(r#"{"linux":{"seccomp":{"defaultAction":"SCMP_ACT_ERRNO"}}}"#);
-        assert!(verdicts
-            .get("c", seccomp.path())
-            .is_some_and(|why| why.contains("libseccomp")));
-        let none = bundle_with("{}");
-        assert_eq!(verdicts.get("d", none.path()), None);
     }
 }

@@ -3,7 +3,7 @@
 //! (two Go programs starting, runc's state files, its init's re-exec and Go runtime).
 //!
 //! In this helper (single-threaded): the spec checked ([`unsupported`]), the seccomp program
-//! compiled (with the host's libseccomp, before any namespace changes), oom_score_adj; the
+//! compiled (with libseccomp, before any namespace changes), oom_score_adj; the
 //! container's cgroup made in every hierarchy and joined, with the spec's resources and
 //! device rules (`peapod_host::cgroup_limits`); the namespaces given by path joined (the
 //! pod's) and the others unshared, `/` made a slave (runc's default) or given the spec's
@@ -89,7 +89,6 @@ pub struct Host {
     pub lsm: Lsm,
     /// cgroup v2 only: the helper makes v1 (and hybrid) cgroups and their mounts alone.
     pub unified: bool,
-    pub seccomp: bool,
 }
 
 impl Host {
@@ -97,7 +96,6 @@ impl Host {
         Host {
             lsm: Lsm::of_host(),
             unified: peapod_host::cgroup::is_unified(Path::new(peapod_host::cgroup::DEFAULT_ROOT)),
-            seccomp: seccomp::available(),
         }
     }
 }
@@ -147,9 +145,6 @@ pub fn unsupported(spec: &ContainerSpec, host: &Host) -> Option<String> {
         return Some("an SELinux mount label".into());
     }
     if let Some(s) = &linux.seccomp {
-        if !host.seccomp {
-            return Some("a seccomp profile on a host without libseccomp".into());
-        }
         let notify = !s.listener_path.is_empty()
             || s.default_action == "SCMP_ACT_NOTIFY"
             || s.syscalls.iter().any(|c| c.action == "SCMP_ACT_NOTIFY");
@@ -296,7 +291,6 @@ mod tests {
         Host {
             lsm: Lsm::default(),
             unified: false,
-            seccomp: true,
         }
     }
 

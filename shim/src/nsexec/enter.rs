@@ -3,7 +3,7 @@
 //! does, in runc's order.
 //!
 //! Once, when the helper starts (`join_container`): the container's seccomp program compiled
-//! (with the host's libseccomp), its cgroups joined (the paths of its init in
+//! (with libseccomp), its cgroups joined (the paths of its init in
 //! `/proc/PID/cgroup`), its oom_score_adj set, then every namespace of the init that differs
 //! from ours joined at once through the init's pidfd. For each exec (`start_process`): a
 //! clone with `CLONE_PARENT`, so that the child, in the container's PID namespace, is the
@@ -271,7 +271,7 @@ pub(super) fn prepare(
     })
 }
 
-/// The container's seccomp program, compiled (with the host's libseccomp: before any mount
+/// The container's seccomp program, compiled (with libseccomp: before any mount
 /// namespace is joined), and its load flags.
 pub(super) fn seccomp_program(config: &Config) -> Result<Option<(Vec<u8>, libc::c_uint)>, String> {
     match &config.linux.seccomp {
