@@ -19,10 +19,12 @@
 //! - `error`: `ShimError`, its ttrpc code, the one place statuses are built;
 //! - `extension`: peapod's ReopenLog method; `stdio`, `console`, `logio`: stdio, ptys, CRI logs;
 //! - `reaper`: the subreaper's one `waitpid` loop; `oom_kill_counter`: OOM kill detection;
+//! - `after_burst`: the memory a burst of requests left, given back once the shim is quiet;
 //! - `containerd`: the second face, `containerd-shim-peapod-v2` (the same binary built under
 //!   that name by `src/bin/containerd-shim-peapod-v2.rs`): containerd's launch protocol,
 //!   rootfs mounts, events; `init_stdio`: a container's stdio as peapod or containerd wants it.
 
+mod after_burst;
 mod console;
 mod container;
 mod containerd;
@@ -53,15 +55,6 @@ mod task_api;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-
-// The unwinder linked in from libgcc_eh.a (gcc's own directory, which the C compiler driver
-// searches) rather than loaded from libgcc_s.so.1: the shim never unwinds but for a panic's
-// backtrace, and the shared library cost each shim its relocated data pages (8 kB private)
-// and the loader's work at every start. Named here, in the program's own crate, its
-// archive comes before the standard library's `-lgcc_s` on the link line, so that the
-// linker finds the unwinder there and `--as-needed` drops libgcc_s.
-#[link(name = "gcc_eh", kind = "static")]
-extern "C" {}
 
 /// The shim's command line.
 #[derive(Debug, Clone)]
@@ -129,6 +122,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
 fn main() {
     // Before any thread (the blocking pool's, in `serve`): one arena, not one per thread.
     peapod_host::heap::use_one_arena();
+    peapod_shim::launch::forget_malloc_tunables();
     // The shim is the parent of the OCI runtime, which creates mount points inside containers'
     // root filesystems: they must be 0755 as in any runtime, not shaped by the restrictive
     // umask of the daemon that launched us (0o077), which would shut out non-root containers.

@@ -50,8 +50,40 @@ impl Pidfd {
             0 => Ok(()),
             _ => match std::io::Error::last_os_error() {
                 e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+                e if e.raw_os_error() == Some(libc::ENOSYS) => self.signal_by_pid(signal),
                 e => Err(e),
             },
+        }
+    }
+
+    /// Where pidfd_send_signal is refused though pidfds exist (valgrind, which scripts/
+    /// text-order runs the shim under, knows pidfd_open but not it; a seccomp filter may
+    /// do the same): kill() to the pid the kernel shows for the pidfd, while the pidfd
+    /// still names a live process (no pid is reused before the shim reaps its child).
+    fn signal_by_pid(&self, signal: u32) -> std::io::Result<()> {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", self.0.as_raw_fd()))?;
+        let pid = info
+            .lines()
+            .find_map(|l| l.strip_prefix("Pid:"))
+            .and_then(|p| p.trim().parse::<libc::pid_t>().ok());
+        match pid {
+            // -1: the process has exited.
+            Some(pid) if pid > 0 => {
+                // SAFETY: kill with integer arguments.
+                if unsafe { libc::kill(pid, signal as libc::c_int) } == 0 {
+                    Ok(())
+                } else {
+                    match std::io::Error::last_os_error() {
+                        e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+                        e => Err(e),
+                    }
+                }
+            }
+            Some(_) => Ok(()),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "pidfd_send_signal is refused and the pidfd's fdinfo names no pid",
+            )),
         }
     }
 }
@@ -73,5 +105,20 @@ mod tests {
         assert!(!fd.running());
         // Exited (and reaped): signalling it again is still fine, and reaches nobody else.
         fd.signal(libc::SIGKILL as u32).unwrap();
+    }
+
+    #[test]
+    fn without_pidfd_send_signal_the_pid_is_signalled_while_it_lives() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let fd = Pidfd::open(child.id()).unwrap();
+        fd.signal_by_pid(libc::SIGTERM as u32).unwrap();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        // Gone: fdinfo says -1, and no one is signalled.
+        fd.signal_by_pid(libc::SIGKILL as u32).unwrap();
     }
 }

@@ -37,6 +37,8 @@ pub async fn serve_ttrpc(
     services: std::collections::HashMap<String, ttrpc::asynchronous::Service>,
 ) -> Result<Server, String> {
     let _ = std::fs::remove_file(socket);
+    let mut services = services;
+    crate::after_burst::note_every_method(&mut services, &crate::after_burst::Bursts::start());
     let address = format!("unix://{}", socket.display());
     let mut server = Server::new()
         .bind(&address)
