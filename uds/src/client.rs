@@ -12,17 +12,24 @@ use tonic::transport::{Channel, Endpoint};
 pub struct CriClient {
     pub runtime: RuntimeServiceClient<Channel>,
     pub image: ImageServiceClient<Channel>,
+    /// The connection both use, for calls made without the generated clients.
+    pub channel: Channel,
 }
 
 impl CriClient {
     /// Connects to `unix:///path` or a bare path.
     pub async fn connect(endpoint: &str) -> Result<CriClient, tonic::transport::Error> {
         let path = PathBuf::from(endpoint.trim_start_matches("unix://"));
-        let channel = channel(&path).await?;
-        Ok(CriClient {
+        Ok(CriClient::on(channel(&path).await?))
+    }
+
+    /// The clients on a connection made already.
+    pub fn on(channel: Channel) -> CriClient {
+        CriClient {
             runtime: RuntimeServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
-            image: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
-        })
+            image: ImageServiceClient::new(channel.clone()).max_decoding_message_size(64 << 20),
+            channel,
+        }
     }
 }
 

@@ -22,8 +22,6 @@ pub mod wait;
 pub mod yaml;
 
 use peapod_proto::pods::pods_client::PodsClient;
-use peapod_proto::v1::image_service_client::ImageServiceClient;
-use peapod_proto::v1::runtime_service_client::RuntimeServiceClient;
 use peapod_uds::client::Cri;
 use std::path::PathBuf;
 use tonic::transport::Channel;
@@ -43,11 +41,7 @@ impl Clients {
         })?;
         Ok(Clients {
             pods: PodsClient::new(channel.clone()).max_decoding_message_size(64 << 20),
-            cri: Cri {
-                runtime: RuntimeServiceClient::new(channel.clone())
-                    .max_decoding_message_size(64 << 20),
-                image: ImageServiceClient::new(channel).max_decoding_message_size(64 << 20),
-            },
+            cri: Cri::on(channel),
         })
     }
 }

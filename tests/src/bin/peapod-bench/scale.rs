@@ -24,6 +24,7 @@
 
 mod probes;
 pub mod side_by_side;
+mod undecoded;
 
 use e2e::Cri;
 use peapod_proto::v1 as cri;
@@ -96,6 +97,9 @@ pub fn parse_target(spec: &str) -> Target {
 enum Call {
     ListPods,
     ListContainers,
+    /// The same calls, their answers taken as bytes ([`undecoded`]).
+    ListPodsUndecoded,
+    ListContainersUndecoded,
     StreamPods,
     StreamContainers,
     ListContainersOfPod,
@@ -109,9 +113,11 @@ enum Call {
 }
 
 impl Call {
-    const MEASURED: [Call; 8] = [
+    const MEASURED: [Call; 10] = [
         Call::ListPods,
         Call::ListContainers,
+        Call::ListPodsUndecoded,
+        Call::ListContainersUndecoded,
         Call::StreamPods,
         Call::StreamContainers,
         Call::ListContainersOfPod,
@@ -124,6 +130,8 @@ impl Call {
         match self {
             Call::ListPods => "ListPodSandbox",
             Call::ListContainers => "ListContainers",
+            Call::ListPodsUndecoded => "ListPodSandbox, answer not decoded",
+            Call::ListContainersUndecoded => "ListContainers, answer not decoded",
             Call::StreamPods => "StreamPodSandboxes",
             Call::StreamContainers => "StreamContainers",
             Call::ListContainersOfPod => "ListContainers of one pod",
@@ -459,6 +467,12 @@ async fn call_once(live: &mut Live, kind: Call, rng: &mut Lcg) -> anyhow::Result
             })
             .await
             .map(|r| assert!(r.into_inner().containers.len() >= n)),
+        Call::ListPodsUndecoded => undecoded::list_pod_sandbox(&c.channel)
+            .await
+            .map(|b| assert!(b.len() >= n * 64, "{} bytes for {n} pods", b.len())),
+        Call::ListContainersUndecoded => undecoded::list_containers(&c.channel)
+            .await
+            .map(|b| assert!(b.len() >= n * 64, "{} bytes for {n} containers", b.len())),
         Call::ListContainersOfPod => c
             .runtime
             .list_containers(cri::ListContainersRequest {
