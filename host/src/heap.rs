@@ -38,7 +38,7 @@ pub fn release_after_burst() -> usize {
 /// Returns the allocator's free pages to the kernel, wherever they lie in the heap: glibc
 /// only gives back the heap's top, and only past 128 kB, so the pages a burst's freed blocks
 /// held stay resident until reused.
-pub fn release_free_heap() {
+fn release_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim works under malloc's own lock and frees only free memory.
     unsafe {
@@ -58,7 +58,7 @@ const STACK_MARGIN: usize = 4 << 10;
 /// no behaviour: only the memory held between bursts (glibc does the same to a thread's stack
 /// when the thread exits). Returns the bytes given back (0 where the bounds are unknown).
 #[inline(never)]
-pub fn release_stack_below_caller() -> usize {
+fn release_stack_below_caller() -> usize {
     let frame = 0u8;
     let here = std::hint::black_box(&frame) as *const u8 as usize;
     let Some(lowest) = stack_lowest_address() else {

@@ -50,7 +50,8 @@ pub enum Readiness {
 impl ReadyPipe {
     /// Prepares `cmd` to run detached: in a session of its own (no terminal's or process
     /// group's signal reaches it, and it outlives the launcher) and with the pipe's write end
-    /// as descriptor 3, named in its environment. Spawn `cmd`, then [`ReadyPipe::wait`].
+    /// as descriptor 3, named in its environment; with the shim's malloc settings
+    /// ([`MALLOC_TUNABLES`]). Spawn `cmd`, then [`ReadyPipe::wait`].
     pub fn detach(cmd: &mut Command) -> io::Result<ReadyPipe> {
         let (read, write) = pipe()?;
         let write_fd = write.as_raw_fd();

@@ -2,8 +2,8 @@
 //! runtime but `exec`, which the shim's own helper does when it can (a few milliseconds
 //! instead of a `runc exec`; a terminal's pty made in the container by the helper's child,
 //! its master sent to the console socket as runc sends it), and the runtime does otherwise:
-//! an enforced AppArmor or SELinux label, a seccomp notify listener, an unreadable spec. The choice is made before anything
-//! starts, from the same files the helper reads. The helper that does it is the container's
+//! an enforced AppArmor or SELinux label, a seccomp notify listener, an unreadable spec. The
+//! choice is made before anything starts, from the same files the helper reads. The helper that does it is the container's
 //! resident one ([`crate::residents`]), started at its first exec and kept.
 //!
 //! What decides it in the container's config.json is read at the container's first exec and

@@ -46,13 +46,9 @@ impl Pidfd {
                 0u32,
             )
         };
-        match r {
-            0 => Ok(()),
-            _ => match std::io::Error::last_os_error() {
-                e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
-                e if e.raw_os_error() == Some(libc::ENOSYS) => self.signal_by_pid(signal),
-                e => Err(e),
-            },
+        match sent(r) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => self.signal_by_pid(signal),
+            other => other,
         }
     }
 
@@ -70,14 +66,7 @@ impl Pidfd {
             // -1: the process has exited.
             Some(pid) if pid > 0 => {
                 // SAFETY: kill with integer arguments.
-                if unsafe { libc::kill(pid, signal as libc::c_int) } == 0 {
-                    Ok(())
-                } else {
-                    match std::io::Error::last_os_error() {
-                        e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
-                        e => Err(e),
-                    }
-                }
+                sent(unsafe { libc::kill(pid, signal as libc::c_int) }.into())
             }
             Some(_) => Ok(()),
             None => Err(std::io::Error::new(
@@ -85,6 +74,17 @@ impl Pidfd {
                 "pidfd_send_signal is refused and the pidfd's fdinfo names no pid",
             )),
         }
+    }
+}
+
+/// A signal call's return: sent, or not needed (ESRCH: the process has exited already).
+fn sent(rc: i64) -> std::io::Result<()> {
+    if rc == 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        e => Err(e),
     }
 }
 
