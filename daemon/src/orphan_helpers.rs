@@ -97,6 +97,22 @@ mod tests {
             .env("CNI_CONTAINERID", "someone-else")
             .spawn()
             .unwrap();
+        // spawn returns once the child's exec has replaced its memory, a moment before the
+        // kernel records where the new environment lies: until then /proc/<pid>/environ
+        // reads empty. A helper a dead daemon left has long passed that point.
+        let wanted = format!("CNI_CONTAINERID={id}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !std::fs::read(format!("/proc/{}/environ", child.id()))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .any(|kv| kv == wanted.as_bytes())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the child's environment never showed"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(kill_and_wait(&id, "runc"), 1);
         assert!(child.wait().unwrap().code().is_none(), "killed by a signal");
         let mut other = other;
