@@ -34,10 +34,9 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// of the shim (peapod's and containerd's) listen this way.
 pub async fn serve_ttrpc(
     socket: &Path,
-    services: std::collections::HashMap<String, ttrpc::asynchronous::Service>,
+    mut services: std::collections::HashMap<String, ttrpc::asynchronous::Service>,
 ) -> Result<Server, String> {
     let _ = std::fs::remove_file(socket);
-    let mut services = services;
     crate::after_burst::note_every_method(&mut services, &crate::after_burst::Bursts::start());
     let address = format!("unix://{}", socket.display());
     let mut server = Server::new()
