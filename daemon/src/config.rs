@@ -54,6 +54,15 @@ driver = "cgroupfs"
 # Parent cgroup for pods whose config names none.
 default_parent = "/peapod"
 
+[apparmor]
+# On a host whose kernel enforces AppArmor, containers that ask for RuntimeDefault (or for
+# nothing, the kubelet's default) run confined by peapod's profile "peapod-default", which the
+# daemon generates and loads with apparmor_parser at start (and refuses to start if it
+# cannot); Localhost profiles must already be loaded. false: AppArmor is not used even where
+# the kernel has it (containerd's disable_apparmor): RuntimeDefault means unconfined and a
+# Localhost profile is refused.
+enabled = true
+
 [sandbox]
 # The pod infra image. When the image store does not have it, peapod's built-in pause
 # binary is used and registered under this name: no pull, so air-gapped machines work.
@@ -156,6 +165,7 @@ pub struct Config {
     pub stream_batch_items: usize,
     pub runtime: RuntimeConfig,
     pub cgroup: CgroupConfig,
+    pub apparmor: AppArmorConfig,
     pub sandbox: SandboxConfig,
     pub cni: CniConfig,
     pub registry: RegistryConfig,
@@ -231,11 +241,34 @@ pub enum CgroupDriver {
     Systemd,
 }
 
+impl CgroupDriver {
+    /// As in the configuration (and the shim's `--cgroup-driver`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupDriver::Cgroupfs => "cgroupfs",
+            CgroupDriver::Systemd => "systemd",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CgroupConfig {
     pub driver: CgroupDriver,
     pub default_parent: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AppArmorConfig {
+    /// Use AppArmor where the kernel enforces it (`crate::apparmor`).
+    pub enabled: bool,
+}
+
+impl Default for AppArmorConfig {
+    fn default() -> Self {
+        AppArmorConfig { enabled: true }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -366,6 +399,7 @@ impl Default for Config {
             stream_batch_items: 200,
             runtime: RuntimeConfig::default(),
             cgroup: CgroupConfig::default(),
+            apparmor: AppArmorConfig::default(),
             sandbox: SandboxConfig::default(),
             cni: CniConfig::default(),
             registry: RegistryConfig::default(),

@@ -35,6 +35,9 @@ pub struct Effects {
     /// Whether the OCI runtime CLI knows recursive read-only mounts ("rro" in `<runtime>
     /// features`); the kernel check is peapod-spec's.
     pub runtime_rro: bool,
+    /// Whether containers' AppArmor profiles apply here ([`crate::apparmor::prepare`]: the
+    /// kernel enforces AppArmor and peapod's default profile is loaded).
+    pub apparmor: bool,
     /// NRI plugins (a no-op when `[nri]` is disabled).
     pub nri: Arc<dyn Nri>,
     /// Whether pods can have their own user namespace here (`peapod_host::userns::probe`:
@@ -140,13 +143,21 @@ impl Daemon {
                     config.state.join("s"),
                 )
                 .with_exec(config.runtime.exec.as_str())
-                .with_create(config.runtime.create.as_str()),
+                .with_create(config.runtime.create.as_str())
+                .with_cgroup_driver(config.cgroup.driver.as_str()),
             ),
             pod_network: network.clone(),
             host: Arc::new(RealHostOps),
             images: images.clone(),
             process_stats: Arc::new(HostProcessStats),
             runtime_rro: runtime_supports_rro(&config.runtime.path).await,
+            apparmor: {
+                let (cfg, state) = (config.apparmor.clone(), config.state.clone());
+                tokio::task::spawn_blocking(move || crate::apparmor::prepare(&cfg, &state))
+                    .await
+                    .map_err(|e| Error::internal(format!("AppArmor set-up: {e}")))?
+                    .map_err(|e| Error::failed_precondition(e.to_string()))?
+            },
             nri: NriRuntime::start(&config.nri)?,
             user_namespaces: probe_user_namespaces(&config.root).await,
         };
@@ -195,6 +206,7 @@ impl Daemon {
             paths: paths.clone(),
             cgroup_driver: config.cgroup.driver,
             runtime_rro: effects.runtime_rro,
+            apparmor: effects.apparmor,
             nri: effects.nri.clone(),
             handlers: handlers.clone(),
             cdi: crate::cdi::CdiDirs::new(&config.cdi),

@@ -24,7 +24,8 @@
 //!    reservation, their CRI messages), `events` (the GetContainerEvents publisher), `cdi`
 //!    (the CDI spec files of `[cdi] spec_dirs`, read for a create that asks for devices);
 //! 7. shared below all: `error` (the one error type: a gRPC code, a message, the cause),
-//!    `config` (the TOML configuration), `runtime_handlers` (the runtime handlers pods
+//!    `config` (the TOML configuration), `apparmor` (whether containers' AppArmor profiles
+//!    apply, and the default profile loaded, decided at start), `runtime_handlers` (the runtime handlers pods
 //!    choose by name, each an OCI runtime and its root), `paths`, `ids`, `cgroups` (a `cgroupsPath` per
 //!    driver), `oom_score`, `runtime_spec` (runtime-spec pieces and the config.json writer),
 //!    `pause` (the built-in pause and its root filesystem), `blocking` (blocking work off the
@@ -61,6 +62,7 @@
 //! A container's exit is followed in `container/exit.rs`; a pod's shim and pause in
 //! `pods/watch.rs`; recovery's invariants are stated in `pods/recovery.rs`.
 
+pub mod apparmor;
 pub mod blocking;
 pub mod cdi;
 pub mod cgroups;

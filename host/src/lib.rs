@@ -1,6 +1,8 @@
 //! Host helpers shared by peapod's crates: the few filesystem, mount and cgroup operations that
 //! the daemon, the shim and the image store each need, written once.
 //!
+//! - [`apparmor`]: whether the kernel enforces AppArmor, its loaded profiles, peapod's default
+//!   profile and loading it with `apparmor_parser`;
 //! - [`fs`]: atomic file replacement (temp file in the same directory, fsync, rename, fsync of
 //!   the directory) and removal where "already gone" is success;
 //! - [`mount`]: unmount where "not mounted" or "missing" is success;
@@ -24,6 +26,7 @@
 //! Functions return `std::io::Error` (the clock, plain values) and leave the context (which record, which container) to
 //! the caller, who knows it.
 
+pub mod apparmor;
 pub mod capability;
 pub mod cgroup;
 pub mod cgroup_limits;

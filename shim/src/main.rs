@@ -69,11 +69,15 @@ pub struct Args {
     /// How app containers are created: natively where possible (`native`, the default, with
     /// native execs only) or by `runc create`.
     pub create: native_create::CreateMode,
+    /// The cgroup driver of the daemon that started us (`--cgroup-driver systemd`): runc is
+    /// then run with `--systemd-cgroup`, so that a `slice:prefix:name` cgroupsPath becomes a
+    /// scope unit in that slice instead of a directory of that name.
+    pub systemd_cgroup: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc] [--create native|runc]\n       peapod-shim nsexec ... (see src/nsexec)"
+        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc] [--create native|runc] [--cgroup-driver cgroupfs|systemd]\n       peapod-shim nsexec ... (see src/nsexec)"
     );
     std::process::exit(2)
 }
@@ -87,6 +91,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
     let mut log = None;
     let mut exec = native_exec::ExecMode::Native;
     let mut create = native_create::CreateMode::Native;
+    let mut systemd_cgroup = false;
     while let Some(flag) = argv.next() {
         let value = argv.next().unwrap_or_else(|| usage());
         match flag.as_str() {
@@ -96,6 +101,13 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             "--runtime-root" => runtime_root = Some(PathBuf::from(value)),
             "--log" => log = Some(PathBuf::from(value)),
             "--exec" => exec = native_exec::ExecMode::parse(&value).unwrap_or_else(|| usage()),
+            "--cgroup-driver" => {
+                systemd_cgroup = match value.as_str() {
+                    "systemd" => true,
+                    "cgroupfs" => false,
+                    _ => usage(),
+                }
+            }
             "--create" => {
                 create = native_create::CreateMode::parse(&value).unwrap_or_else(|| usage())
             }
@@ -115,6 +127,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             log,
             exec,
             create,
+            systemd_cgroup,
         },
     )
 }

@@ -24,6 +24,8 @@ pub struct Runc {
     program: PathBuf,
     root: PathBuf,
     reaper: Arc<Reaper>,
+    /// `--systemd-cgroup` on every command ([`Runc::with_systemd_cgroup`]).
+    systemd_cgroup: bool,
 }
 
 /// `binary` as exec would find it: a name without a slash is looked up in PATH's
@@ -81,13 +83,24 @@ impl Runc {
             binary,
             root,
             reaper,
+            systemd_cgroup: false,
         }
+    }
+
+    /// Every command with `--systemd-cgroup` (the systemd cgroup driver: cgroupsPath is
+    /// `slice:prefix:name`, a scope that runc asks systemd for).
+    pub fn with_systemd_cgroup(mut self, on: bool) -> Runc {
+        self.systemd_cgroup = on;
+        self
     }
 
     /// The command line up to and including the subcommand.
     fn command(&self, subcommand: &str, log: Option<&Path>) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.arg("--root").arg(&self.root);
+        if self.systemd_cgroup {
+            cmd.arg("--systemd-cgroup");
+        }
         if let Some(log) = log {
             cmd.arg("--log").arg(log).args(["--log-format", "json"]);
         }

@@ -54,11 +54,14 @@ pub async fn run(args: Arc<Args>, ready: Option<OwnedFd>) -> Result<(), String> 
     std::fs::create_dir_all(&args.runtime_root)
         .map_err(|e| format!("create {}: {e}", args.runtime_root.display()))?;
     let shutdown = Arc::new(Notify::new());
-    let runc = Arc::new(Runc::new(
-        args.runtime.clone(),
-        args.runtime_root.clone(),
-        reaper.clone(),
-    ));
+    let runc = Arc::new(
+        Runc::new(
+            args.runtime.clone(),
+            args.runtime_root.clone(),
+            reaper.clone(),
+        )
+        .with_systemd_cgroup(args.systemd_cgroup),
+    );
     let helper = std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?;
     // Innermost, on runc: the runc commands the shim does itself (start, kill, delete), so
     // that the exec layer above removes a container's resident helper before either deletes.

@@ -198,6 +198,11 @@ pub trait HostPaths {
     /// The device nodes at `host_path`: the node itself (symlinks followed), or every node
     /// under it when it is a directory, as containerd walks them.
     fn devices(&self, host_path: &Path) -> io::Result<Vec<HostDevice>>;
+    /// Whether the AppArmor profile `name` is loaded in the kernel. Only asked for a profile
+    /// a container names (Localhost), on a host with AppArmor. The default (fakes) says yes.
+    fn apparmor_profile_loaded(&self, _name: &str) -> io::Result<bool> {
+        Ok(true)
+    }
     /// Gives `path` (recursively) the SELinux `label` for a `selinux_relabel` mount.
     /// Only called when SELinux is enabled. The default does nothing.
     fn relabel(&self, _path: &Path, _label: &str) -> io::Result<()> {
@@ -314,6 +319,10 @@ pub(crate) fn propagation_from_mountinfo(mountinfo: &str, path: &Path) -> HostPr
 }
 
 impl HostPaths for RealHost {
+    fn apparmor_profile_loaded(&self, name: &str) -> io::Result<bool> {
+        peapod_host::apparmor::is_loaded(name)
+    }
+
     fn mount_source(&self, host_path: &Path) -> io::Result<PathBuf> {
         if let Err(e) = std::fs::metadata(host_path) {
             if e.kind() != io::ErrorKind::NotFound {

@@ -1,7 +1,7 @@
 //! AppArmor, SELinux, and the masked and read-only paths.
 
 use crate::error::{Result, SpecError};
-use crate::host::{HostFacts, DEFAULT_APPARMOR_PROFILE};
+use crate::host::{HostFacts, HostPaths, DEFAULT_APPARMOR_PROFILE};
 use peapod_proto::v1::{
     security_profile::ProfileType, LinuxContainerSecurityContext, SeLinuxOption,
 };
@@ -64,10 +64,13 @@ const APPARMOR_FIELD: &str = "config.linux.security_context.apparmor";
 ///   ("runtime/default", "unconfined", "localhost/<name>"); neither: RuntimeDefault;
 /// * on a host without AppArmor, no profile; asking for a Localhost one is an error;
 /// * RuntimeDefault is [`DEFAULT_APPARMOR_PROFILE`], none for a privileged container;
-///   Unconfined is none; Localhost is the named profile (privileged or not).
+///   Unconfined is none; Localhost is the named profile (privileged or not), which must be
+///   loaded: a create naming one that is not fails here, with the field, rather than in the
+///   runtime's init.
 pub(crate) fn apparmor_profile(
     sc: &LinuxContainerSecurityContext,
     host: &HostFacts,
+    paths: &dyn HostPaths,
 ) -> Result<Option<String>> {
     #[allow(deprecated)]
     let deprecated = sc.apparmor_profile.as_str();
@@ -119,7 +122,19 @@ pub(crate) fn apparmor_profile(
         ProfileType::Unconfined => None,
         ProfileType::RuntimeDefault if sc.privileged => None,
         ProfileType::RuntimeDefault => Some(DEFAULT_APPARMOR_PROFILE.to_string()),
-        ProfileType::Localhost => Some(name),
+        ProfileType::Localhost => {
+            let loaded = paths.apparmor_profile_loaded(&name).map_err(|e| {
+                SpecError::invalid(format!(
+                    "{APPARMOR_FIELD}: cannot tell whether profile {name:?} is loaded: {e}"
+                ))
+            })?;
+            if !loaded {
+                return Err(SpecError::invalid(format!(
+                    "{APPARMOR_FIELD}: profile {name:?} is not loaded (load it with apparmor_parser first)"
+                )));
+            }
+            Some(name)
+        }
     })
 }
 
@@ -177,6 +192,24 @@ mod tests {
         })
     }
 
+    /// A host whose kernel has exactly these AppArmor profiles loaded.
+    struct Loaded(&'static [&'static str]);
+
+    impl HostPaths for Loaded {
+        fn mount_source(&self, p: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+            Ok(p.to_path_buf())
+        }
+        fn propagation(&self, _: &std::path::Path) -> std::io::Result<crate::HostPropagation> {
+            Ok(crate::HostPropagation::Private)
+        }
+        fn devices(&self, _: &std::path::Path) -> std::io::Result<Vec<crate::HostDevice>> {
+            Ok(Vec::new())
+        }
+        fn apparmor_profile_loaded(&self, name: &str) -> std::io::Result<bool> {
+            Ok(self.0.contains(&name))
+        }
+    }
+
     #[test]
     fn apparmor_choices() {
         let on = HostFacts {
@@ -189,47 +222,88 @@ mod tests {
             privileged,
             ..Default::default()
         };
+        let loaded = Loaded(&["my-prof", "p"]);
         let def = Some(DEFAULT_APPARMOR_PROFILE.to_string());
-        assert_eq!(apparmor_profile(&sc(None, false), &on).unwrap(), def);
-        assert_eq!(apparmor_profile(&sc(None, false), &off).unwrap(), None);
         assert_eq!(
-            apparmor_profile(&sc(aa(ProfileType::RuntimeDefault, ""), false), &on).unwrap(),
+            apparmor_profile(&sc(None, false), &on, &loaded).unwrap(),
             def
         );
         assert_eq!(
-            apparmor_profile(&sc(aa(ProfileType::RuntimeDefault, ""), true), &on).unwrap(),
+            apparmor_profile(&sc(None, false), &off, &loaded).unwrap(),
             None
         );
         assert_eq!(
-            apparmor_profile(&sc(aa(ProfileType::RuntimeDefault, ""), false), &off).unwrap(),
+            apparmor_profile(
+                &sc(aa(ProfileType::RuntimeDefault, ""), false),
+                &on,
+                &loaded
+            )
+            .unwrap(),
+            def
+        );
+        assert_eq!(
+            apparmor_profile(&sc(aa(ProfileType::RuntimeDefault, ""), true), &on, &loaded).unwrap(),
             None
         );
         assert_eq!(
-            apparmor_profile(&sc(aa(ProfileType::Unconfined, ""), false), &on).unwrap(),
+            apparmor_profile(
+                &sc(aa(ProfileType::RuntimeDefault, ""), false),
+                &off,
+                &loaded
+            )
+            .unwrap(),
+            None
+        );
+        assert_eq!(
+            apparmor_profile(&sc(aa(ProfileType::Unconfined, ""), false), &on, &loaded).unwrap(),
             None
         );
         assert_eq!(
             apparmor_profile(
                 &sc(aa(ProfileType::Localhost, "localhost/my-prof"), true),
-                &on
+                &on,
+                &loaded
             )
             .unwrap(),
             Some("my-prof".into())
         );
-        assert!(apparmor_profile(&sc(aa(ProfileType::Localhost, "my-prof"), false), &off).is_err());
-        assert!(apparmor_profile(&sc(aa(ProfileType::Unconfined, "x"), false), &on).is_err());
+        assert!(apparmor_profile(
+            &sc(aa(ProfileType::Localhost, "my-prof"), false),
+            &off,
+            &loaded
+        )
+        .is_err());
+        assert!(
+            apparmor_profile(&sc(aa(ProfileType::Unconfined, "x"), false), &on, &loaded).is_err()
+        );
         #[allow(deprecated)]
         let old = |s: &str| LinuxContainerSecurityContext {
             apparmor_profile: s.into(),
             ..Default::default()
         };
-        assert_eq!(apparmor_profile(&old("unconfined"), &on).unwrap(), None);
         assert_eq!(
-            apparmor_profile(&old("localhost/p"), &on).unwrap(),
+            apparmor_profile(&old("unconfined"), &on, &loaded).unwrap(),
+            None
+        );
+        assert_eq!(
+            apparmor_profile(&old("localhost/p"), &on, &loaded).unwrap(),
             Some("p".into())
         );
-        assert_eq!(apparmor_profile(&old("runtime/default"), &on).unwrap(), def);
-        assert!(apparmor_profile(&old("bogus"), &on).is_err());
+        assert_eq!(
+            apparmor_profile(&old("runtime/default"), &on, &loaded).unwrap(),
+            def
+        );
+        assert!(apparmor_profile(&old("bogus"), &on, &loaded).is_err());
+        // A Localhost profile that is not loaded is refused at create, naming the field.
+        let err = apparmor_profile(&old("localhost/gone"), &on, &loaded).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("apparmor: profile \"gone\" is not loaded"),
+            "{err}"
+        );
+        assert!(
+            apparmor_profile(&sc(aa(ProfileType::Localhost, "gone"), true), &on, &loaded).is_err()
+        );
     }
 
     #[test]

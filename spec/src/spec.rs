@@ -220,7 +220,7 @@ pub(crate) fn build_value(inputs: &ContainerInputs<'_>) -> Result<Value> {
         .as_ref()
         .map(|r| oom_score_adj(r.oom_score_adj, host.oom_score_adj_floor))
         .transpose()?;
-    let apparmor = apparmor_profile(&sc, host)?;
+    let apparmor = apparmor_profile(&sc, host, inputs.paths)?;
     let (process_label, mount_label) = selinux_labels(
         sc.selinux_options.as_ref(),
         sandbox_sc.selinux_options.as_ref(),

@@ -189,7 +189,7 @@ impl TestDaemon {
         let Some(child) = self.child.as_mut() else {
             return true;
         };
-        let deadline = Instant::now() + limit;
+        let deadline = Instant::now() + crate::scaled(limit);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
                 self.child = None;
@@ -217,7 +217,7 @@ impl TestDaemon {
         if let Some(mut child) = self.child.take() {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = Instant::now() + crate::scaled(Duration::from_secs(10));
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
                     return;
@@ -235,7 +235,7 @@ impl TestDaemon {
         let mut child = self.child.take()?;
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + bound;
+        let deadline = Instant::now() + crate::scaled(bound);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = child.try_wait() {
                 return Some(status);
@@ -353,7 +353,7 @@ fn spawn_daemon(dir: &Path, failpoints: Option<&str>) -> Child {
 }
 
 async fn wait_for_socket(socket: &Path, dir: &Path) -> Cri {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + crate::scaled(Duration::from_secs(20));
     loop {
         if socket.exists() {
             if let Ok(mut c) = Cri::connect(&socket.display().to_string()).await {
@@ -368,8 +368,9 @@ async fn wait_for_socket(socket: &Path, dir: &Path) -> Cri {
         }
         if Instant::now() > deadline {
             panic!(
-                "peapod did not serve on {} within 20s; log:\n{}",
+                "peapod did not serve on {} within {:?}; log:\n{}",
                 socket.display(),
+                crate::scaled(Duration::from_secs(20)),
                 std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default()
             );
         }
@@ -390,7 +391,7 @@ impl Drop for TestDaemon {
                 {
                     rt.block_on(async {
                         let _ = tokio::time::timeout(
-                            Duration::from_secs(60),
+                            crate::scaled(Duration::from_secs(60)),
                             TestDaemon::remove_all_pods(&mut cri),
                         )
                         .await;

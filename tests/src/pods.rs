@@ -145,7 +145,7 @@ impl TestDaemon {
 
     /// Polls until the container has exited (at most `limit`).
     pub async fn wait_exited(&mut self, id: &str, limit: Duration) -> cri::ContainerStatus {
-        let deadline = Instant::now() + limit;
+        let deadline = Instant::now() + crate::scaled(limit);
         loop {
             let st = self.container_status(id).await;
             if st.state == cri::ContainerState::ContainerExited as i32 {
@@ -164,7 +164,7 @@ impl TestDaemon {
     /// Polls until the container's log has a line containing `needle` (at most `limit`).
     pub async fn wait_log(&mut self, id: &str, needle: &str, limit: Duration) -> Vec<LogLine> {
         let path = self.container_status(id).await.log_path;
-        let deadline = Instant::now() + limit;
+        let deadline = Instant::now() + crate::scaled(limit);
         loop {
             let lines = read_log(Path::new(&path));
             if lines.iter().any(|l| l.text.contains(needle)) {

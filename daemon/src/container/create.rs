@@ -379,7 +379,10 @@ impl ContainerService {
 
         let target_pid = self.target_pid(&config, srec)?;
         let cgroups_path = cgroups::cgroups_path(self.cgroup_driver, &srec.cgroup_parent, id);
-        let host = host_facts(self.runtime_rro && self.runs_default_runtime(&srec.runtime_handler));
+        let host = host_facts(
+            self.runtime_rro && self.runs_default_runtime(&srec.runtime_handler),
+            self.apparmor,
+        );
         // The CDI devices it asks for are resolved in the spec files there are now (a device
         // plugin may have written its file a moment ago); a bad one fails here, after the
         // rootfs was made, so the failure path below removes it.

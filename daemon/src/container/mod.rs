@@ -60,6 +60,8 @@ pub struct ContainerService {
     cgroup_driver: CgroupDriver,
     /// The OCI runtime knows recursive read-only mounts.
     runtime_rro: bool,
+    /// Whether AppArmor profiles apply (decided at start: `crate::apparmor`).
+    apparmor: bool,
     /// NRI plugins, told of each container event.
     nri: Arc<dyn crate::nri::Nri>,
     /// Each container's process spec, for exec.
@@ -82,6 +84,7 @@ pub struct ContainerDeps {
     pub paths: Paths,
     pub cgroup_driver: CgroupDriver,
     pub runtime_rro: bool,
+    pub apparmor: bool,
     pub nri: Arc<dyn crate::nri::Nri>,
     pub handlers: Arc<crate::runtime_handlers::RuntimeHandlers>,
     pub cdi: crate::cdi::CdiDirs,
@@ -99,6 +102,7 @@ impl ContainerService {
             paths: d.paths,
             cgroup_driver: d.cgroup_driver,
             runtime_rro: d.runtime_rro,
+            apparmor: d.apparmor,
             nri: d.nri,
             processes: Default::default(),
             handlers: d.handlers,
@@ -113,13 +117,15 @@ impl ContainerService {
 }
 
 /// What the spec generation needs to know about this host (detected once), with recursive
-/// read-only mounts only when the OCI runtime knows them too.
-pub fn host_facts(runtime_rro: bool) -> peapod_spec::HostFacts {
+/// read-only mounts only when the OCI runtime knows them too, and AppArmor only where the
+/// daemon made its default profile ready (`apparmor`, from `crate::apparmor::prepare`).
+pub fn host_facts(runtime_rro: bool, apparmor: bool) -> peapod_spec::HostFacts {
     static FACTS: std::sync::OnceLock<peapod_spec::HostFacts> = std::sync::OnceLock::new();
     let mut facts = FACTS
         .get_or_init(|| peapod_spec::HostFacts::detect(true))
         .clone();
     facts.rro_supported &= runtime_rro;
+    facts.apparmor_enabled = apparmor;
     facts.oom_score_adj_floor = crate::oom_score::floor();
     facts
 }
@@ -127,7 +133,7 @@ pub fn host_facts(runtime_rro: bool) -> peapod_spec::HostFacts {
 impl ContainerService {
     /// Whether recursive read-only mounts work here (RuntimeStatus advertises it).
     pub fn rro_supported(&self) -> bool {
-        host_facts(self.runtime_rro).rro_supported
+        host_facts(self.runtime_rro, self.apparmor).rro_supported
     }
 
     /// Whether a pod of `runtime_handler` runs the runtime the start-up probes were made

@@ -33,8 +33,9 @@ impl ContainerService {
             true => self.nri.update_container(&rec.id, resources).await?,
             false => resources,
         };
-        let linux = peapod_spec::linux_resources(&resources, &host_facts(self.runtime_rro))
-            .map_err(Error::from)?;
+        let linux =
+            peapod_spec::linux_resources(&resources, &host_facts(self.runtime_rro, self.apparmor))
+                .map_err(Error::from)?;
         let json = serde_json::to_vec(&linux).map_err(|e| Error::internal(e.to_string()))?;
         self.shims
             .get(&rec.sandbox_id)

@@ -22,6 +22,8 @@ pub struct ShimManager {
     exec: &'static str,
     /// The shims' `--create` (`runtime.create`).
     create: &'static str,
+    /// The shims' `--cgroup-driver` (`cgroup.driver`): with systemd, runc makes scopes.
+    cgroup_driver: &'static str,
     clients: Mutex<HashMap<String, Arc<dyn Shim>>>,
 }
 
@@ -33,6 +35,7 @@ impl ShimManager {
             socket_dir,
             exec: "native",
             create: "native",
+            cgroup_driver: "cgroupfs",
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -46,6 +49,13 @@ impl ShimManager {
     /// Shims started from now on create app containers this way (`native` or `runc`).
     pub fn with_create(mut self, create: &'static str) -> ShimManager {
         self.create = create;
+        self
+    }
+
+    /// Shims started from now on place containers with this cgroup driver (`cgroupfs` or
+    /// `systemd`).
+    pub fn with_cgroup_driver(mut self, driver: &'static str) -> ShimManager {
+        self.cgroup_driver = driver;
         self
     }
 
@@ -104,6 +114,7 @@ impl Shims for ShimManager {
             .arg(log)
             .args(["--exec", self.exec])
             .args(["--create", self.create])
+            .args(["--cgroup-driver", self.cgroup_driver])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(log_file);

@@ -106,6 +106,7 @@ impl Harness {
             images: images.clone(),
             process_stats: process_stats.clone(),
             runtime_rro: false,
+            apparmor: false,
             nri: nri.clone(),
             // The fakes do what a host that can would do.
             user_namespaces: Ok(()),
