@@ -2,25 +2,13 @@
 //!
 //! With cgroupfs, runc gets `cgroupsPath = <parent>/<id>`. With systemd it gets
 //! `<slice>:<prefix>:<id>`, where a cgroupfs-style parent such as `/kubepods/burstable/pod1`
-//! becomes the slice `kubepods-burstable-pod1.slice`, as the kubelet names them.
+//! becomes the slice `kubepods-burstable-pod1.slice`, as the kubelet names them
+//! (`peapod_host::systemd::slice_name`).
 
 use crate::config::CgroupDriver;
 
 /// The prefix of scope units peapod creates with the systemd driver.
 pub const SYSTEMD_PREFIX: &str = "peapod";
-
-/// A cgroupfs-style path as a systemd slice name.
-pub fn to_systemd_slice(parent: &str) -> String {
-    let trimmed = parent.trim_matches('/');
-    if trimmed.is_empty() {
-        return "system.slice".into();
-    }
-    let last = trimmed.rsplit('/').next().unwrap_or(trimmed);
-    if last.ends_with(".slice") {
-        return last.to_string();
-    }
-    format!("{}.slice", trimmed.replace('/', "-"))
-}
 
 /// The runtime-spec `cgroupsPath` for object `id` under `parent`.
 pub fn cgroups_path(driver: CgroupDriver, parent: &str, id: &str) -> String {
@@ -34,7 +22,10 @@ pub fn cgroups_path(driver: CgroupDriver, parent: &str, id: &str) -> String {
             };
             format!("{}/{id}", parent.trim_end_matches('/'))
         }
-        CgroupDriver::Systemd => format!("{}:{SYSTEMD_PREFIX}:{id}", to_systemd_slice(parent)),
+        CgroupDriver::Systemd => format!(
+            "{}:{SYSTEMD_PREFIX}:{id}",
+            peapod_host::systemd::slice_name(parent)
+        ),
     }
 }
 
@@ -62,6 +53,12 @@ mod tests {
                 "kubepods-besteffort-pod2.slice:peapod:x",
             ),
             (Systemd, "", "x", "system.slice:peapod:x"),
+            (
+                Systemd,
+                "/kubepods/burstable/pod22a6c8c0-a1ce-4368",
+                "x",
+                "kubepods-burstable-pod22a6c8c0_a1ce_4368.slice:peapod:x",
+            ),
         ] {
             assert_eq!(
                 cgroups_path(driver, parent, id),

@@ -493,7 +493,11 @@ impl Default for PodsConfig {
 
 impl PodsConfig {
     /// The supervisor's settings, with the machine's values where the file leaves them empty.
-    pub fn settings(&self, root: &Path) -> Result<peapod_pod::settings::Settings, ConfigError> {
+    pub fn settings(
+        &self,
+        root: &Path,
+        driver: CgroupDriver,
+    ) -> Result<peapod_pod::settings::Settings, ConfigError> {
         use peapod_pod::{quantity, settings as s};
         let node_name = if self.node_name.is_empty() {
             s::hostname()
@@ -521,7 +525,12 @@ impl PodsConfig {
             },
             memory_capacity: machine_memory,
             cgroup_parent: self.cgroup_parent.clone(),
-            cgroup_root: "/sys/fs/cgroup".into(),
+            cgroups: match driver {
+                CgroupDriver::Cgroupfs => peapod_pod::cgroup::PodCgroups::Fs {
+                    root: peapod_host::cgroup::DEFAULT_ROOT.into(),
+                },
+                CgroupDriver::Systemd => peapod_pod::cgroup::PodCgroups::Systemd,
+            },
             backoff_base: std::time::Duration::from_secs(self.restart_backoff_base_seconds.max(1)),
             sync_period: std::time::Duration::from_millis(self.sync_period_ms.max(100)),
             oom_score_adj_floor: s::oom_score_adj_floor(),
@@ -727,7 +736,7 @@ mod tests {
             "[pods]\nnode_name = \"n1\"\nallocatable_cpu = \"1500m\"\nallocatable_memory = \"2Gi\"\nrestart_backoff_base_seconds = 1\n[pods.node_labels]\ndisk = \"ssd\"\n",
         )
         .unwrap();
-        let s = c.pods.settings(Path::new("/r")).unwrap();
+        let s = c.pods.settings(Path::new("/r"), CgroupDriver::Cgroupfs).unwrap();
         assert_eq!(s.node_name, "n1");
         assert_eq!(s.allocatable.cpu_milli, 1500);
         assert_eq!(s.allocatable.memory, 2 << 30);
@@ -736,7 +745,10 @@ mod tests {
         assert_eq!(s.backoff_base, std::time::Duration::from_secs(1));
         assert_eq!(s.pods_dir, Path::new("/r/pods"));
         let bad = Config::parse("[pods]\nallocatable_cpu = \"lots\"\n").unwrap();
-        assert!(bad.pods.settings(Path::new("/r")).is_err());
+        assert!(bad
+            .pods
+            .settings(Path::new("/r"), CgroupDriver::Cgroupfs)
+            .is_err());
         assert!(bad
             .validate()
             .unwrap_err()

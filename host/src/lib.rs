@@ -3,6 +3,9 @@
 //!
 //! - [`apparmor`]: whether the kernel enforces AppArmor, its loaded profiles, peapod's default
 //!   profile and loading it with `apparmor_parser`;
+//! - [`dbus`], [`systemd`]: just enough D-Bus for systemd's private socket, and the slices
+//!   and scopes of the systemd cgroup driver (their cgroup paths; transient units started,
+//!   changed, stopped);
 //! - [`fs`]: atomic file replacement (temp file in the same directory, fsync, rename, fsync of
 //!   the directory) and removal where "already gone" is success;
 //! - [`mount`]: unmount where "not mounted" or "missing" is success;
@@ -30,11 +33,13 @@ pub mod apparmor;
 pub mod capability;
 pub mod cgroup;
 pub mod cgroup_limits;
+pub mod dbus;
 pub mod fs;
 pub mod heap;
 pub mod held;
 pub mod libm_pow;
 pub mod mount;
 pub mod rootfs;
+pub mod systemd;
 pub mod timefmt;
 pub mod userns;

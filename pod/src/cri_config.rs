@@ -370,7 +370,9 @@ mod tests {
             },
             memory_capacity: 4_000_000_000,
             cgroup_parent: "/kubepods".into(),
-            cgroup_root: "/sys/fs/cgroup".into(),
+            cgroups: crate::cgroup::PodCgroups::Fs {
+                root: "/sys/fs/cgroup".into(),
+            },
             backoff_base: std::time::Duration::from_secs(10),
             sync_period: std::time::Duration::from_secs(1),
             oom_score_adj_floor: -1000,

@@ -6,7 +6,7 @@
 //!
 //! Modules, one job each: [`manifest`] (YAML/JSON, strict), [`defaults`], [`validate`],
 //! [`quantity`], [`resources`] (QoS, cgroup values, oom_score_adj, pod requests),
-//! [`admission`], [`cgroup`] (the pod cgroup, v1 and v2), [`volumes`], [`mod@env`],
+//! [`admission`], [`cgroup`] (the pod cgroup: cgroupfs v1 and v2, or systemd slices), [`volumes`], [`mod@env`],
 //! [`cri_config`] (sandbox and container configs), [`probe`] and [`grpc_health`],
 //! [`record`] (per-pod state and events), [`status`] (phase, conditions, container states),
 //! [`store`] (atomic persistence), [`termination`] (termination messages), [`supervisor`]
@@ -76,8 +76,7 @@
 //! ## Kubelet rules left out
 //!
 //! Ephemeral containers, in-place resize, readiness gates, HTTPS probes,
-//! configMap/secret/projected/PVC volumes and envFrom (refused: there is no API server), the
-//! systemd cgroup driver for the pod cgroup (cgroupfs layout only), hugepages and
+//! configMap/secret/projected/PVC volumes and envFrom (refused: there is no API server), hugepages and
 //! ephemeral-storage accounting, system-reserved/kube-reserved, and garbage collection of exited
 //! containers beyond the one previous attempt kept per container.
 

@@ -170,11 +170,9 @@ impl Manager {
                 }
             })
             .sum();
-        crate::cgroup::set_burstable_shares(
-            &self.settings.cgroup_root,
-            &self.settings.cgroup_parent,
-            milli,
-        );
+        self.settings
+            .cgroups
+            .set_burstable_shares(&self.settings.cgroup_parent, milli);
     }
 
     /// Stops supervising (the daemon is going away): every task ends, pods keep running.

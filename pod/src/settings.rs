@@ -17,8 +17,9 @@ pub struct Settings {
     pub memory_capacity: i64,
     /// Absolute cgroup path of `kubepods`, e.g. "/kubepods".
     pub cgroup_parent: String,
-    /// Where the cgroup hierarchies are mounted (/sys/fs/cgroup).
-    pub cgroup_root: PathBuf,
+    /// How pod cgroups are made: directories under the cgroup mount, or systemd slices (the
+    /// daemon's cgroup driver).
+    pub cgroups: crate::cgroup::PodCgroups,
     /// First restart delay; doubles up to 30 times this (10 s → 5 min by default).
     pub backoff_base: Duration,
     /// How often each pod is reconciled when nothing wakes it.

@@ -33,7 +33,7 @@ fn setup() -> T {
         },
         memory_capacity: 1 << 30,
         cgroup_parent: "/kubepods".into(),
-        cgroup_root: cg,
+        cgroups: crate::cgroup::PodCgroups::Fs { root: cg },
         backoff_base: Duration::from_millis(400),
         sync_period: Duration::from_millis(20),
         oom_score_adj_floor: -1000,
@@ -539,10 +539,10 @@ async fn the_burstable_cgroup_has_the_sum_of_its_pods_requests() {
     t.apply(&pod("b", "500m")).await;
     t.until("b", "running", |p| phase(p) == "Running").await;
     t.m.update_qos_cgroups();
-    let shares = t
-        .settings
-        .cgroup_root
-        .join("cpu/kubepods/burstable/cpu.shares");
+    let crate::cgroup::PodCgroups::Fs { root } = &t.settings.cgroups else {
+        panic!("the tests' cgroups are directories")
+    };
+    let shares = root.join("cpu/kubepods/burstable/cpu.shares");
     assert_eq!(std::fs::read_to_string(&shares).unwrap(), "768");
 }
 

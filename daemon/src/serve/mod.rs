@@ -86,7 +86,10 @@ async fn serve(
 ) -> anyhow::Result<()> {
     // What can fail on configuration comes before the socket exists, so that a daemon that
     // refuses to start leaves no socket behind.
-    let pod_settings = rt.config.pods.settings(&rt.config.root)?;
+    let pod_settings = rt
+        .config
+        .pods
+        .settings(&rt.config.root, rt.config.cgroup.driver)?;
     // Prometheus metrics: every call is counted by the layer whether or not /metrics is
     // served, so that turning the listener on needs no other change.
     let metrics = peapod_metrics::Metrics::new().context("metrics")?;

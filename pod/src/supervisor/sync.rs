@@ -129,7 +129,14 @@ impl Supervisor {
         }
         let path = self.cgroup_path();
         let values = crate::resources::pod_cgroup(self.rec.spec());
-        if let Err(e) = cgroup::create(&self.settings.cgroup_root, &path, &values) {
+        let cgroups = self.settings.cgroups.clone();
+        let made = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || cgroups.create(&path, &values))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        };
+        if let Err(e) = made {
             self.event(
                 "Warning",
                 "FailedCreatePodSandBox",
@@ -138,15 +145,22 @@ impl Supervisor {
             );
             return false;
         }
-        cgroup::set_node_allocatable(
-            &self.settings.cgroup_root,
-            &self.settings.cgroup_parent,
+        let (cgroups, parent) = (
+            self.settings.cgroups.clone(),
+            self.settings.cgroup_parent.clone(),
+        );
+        let (cpu, memory) = (
             self.settings.allocatable.cpu_milli,
             self.settings.allocatable.memory,
         );
-        if qos_class(self.rec.spec()) == crate::resources::QosClass::BestEffort {
-            cgroup::set_besteffort_shares(&self.settings.cgroup_root, &self.settings.cgroup_parent);
-        }
+        let besteffort = qos_class(self.rec.spec()) == crate::resources::QosClass::BestEffort;
+        let _ = tokio::task::spawn_blocking(move || {
+            cgroups.set_node_allocatable(&parent, cpu, memory);
+            if besteffort {
+                cgroups.set_besteffort_shares(&parent);
+            }
+        })
+        .await;
         self.rec.cgroup = Some(path);
         self.save();
         match self.cri.run_pod_sandbox(self.sandbox_config()).await {

@@ -290,14 +290,9 @@ impl Supervisor {
             .cgroup
             .clone()
             .unwrap_or_else(|| self.cgroup_path());
-        let root = self.settings.cgroup_root.clone();
+        let cgroups = self.settings.cgroups.clone();
         let parent = self.settings.cgroup_parent.clone();
-        let removed = tokio::task::spawn_blocking(move || {
-            let r = cgroup::remove(&root, &path);
-            cgroup::prune_empty_parents(&root, &path, &parent);
-            r
-        })
-        .await;
+        let removed = tokio::task::spawn_blocking(move || cgroups.remove(&path, &parent)).await;
         if let Ok(Err(e)) = removed {
             tracing::warn!(error = %e, "removing the pod cgroup");
         }

@@ -1,22 +1,9 @@
-//! The pod cgroup `kubepods[/burstable|/besteffort]/pod<uid>` with its pod-level limits,
-//! created before the sandbox (which is placed in it) and removed after the pod is gone.
+//! The cgroupfs driver's pod cgroups: directories under the cgroup mount, written directly.
 //! cgroup v1 (cpu, cpuacct, memory, pids hierarchies) and v2 (one unified tree).
 
-use crate::resources::{shares_to_weight, CgroupValues, QosClass};
+use crate::resources::{shares_to_weight, CgroupValues};
 use std::io;
 use std::path::{Path, PathBuf};
-
-/// The pod cgroup's absolute path under `parent` (the configured `kubepods`).
-pub fn pod_cgroup_path(parent: &str, qos: QosClass, uid: &str) -> String {
-    let mut p = format!("/{}", parent.trim_matches('/'));
-    if !qos.cgroup_dir().is_empty() {
-        p.push('/');
-        p.push_str(qos.cgroup_dir());
-    }
-    p.push_str("/pod");
-    p.push_str(uid);
-    p.replace("//", "/")
-}
 
 const V1_CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "memory", "pids"];
 
@@ -271,6 +258,8 @@ fn remove_tree(d: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::pod_cgroup_path;
+    use crate::resources::QosClass;
 
     /// A pod's values with the usual 100 ms CFS period.
     fn values(cpu_shares: u64, cpu_quota: i64, memory_limit: i64) -> CgroupValues {
