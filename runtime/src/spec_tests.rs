@@ -3,10 +3,10 @@
 
 use super::*;
 use oci_spec::runtime::{
-    Arch, LinuxBlockIoBuilder, LinuxBuilder, LinuxCpuBuilder, LinuxDeviceBuilder,
-    LinuxDeviceCgroupBuilder, LinuxDeviceType, LinuxHugepageLimitBuilder, LinuxMemoryBuilder,
-    LinuxPidsBuilder, LinuxResourcesBuilder, LinuxSeccompAction, LinuxSeccompArgBuilder,
-    LinuxSeccompBuilder, LinuxSeccompOperator, LinuxSyscallBuilder, LinuxThrottleDeviceBuilder,
+    Arch, LinuxBlockIoBuilder, LinuxCpuBuilder, LinuxDeviceBuilder, LinuxDeviceCgroupBuilder,
+    LinuxDeviceType, LinuxHugepageLimitBuilder, LinuxMemoryBuilder, LinuxPidsBuilder,
+    LinuxResourcesBuilder, LinuxSeccompAction, LinuxSeccompArgBuilder, LinuxSeccompBuilder,
+    LinuxSeccompOperator, LinuxSyscallBuilder, LinuxThrottleDeviceBuilder,
     LinuxWeightDeviceBuilder, Spec as OciSpec,
 };
 
@@ -97,7 +97,6 @@ fn written() -> Vec<u8> {
         .file_mode(0o600u32)
         .build()
         .unwrap()]));
-    let _ = LinuxBuilder::default();
     let mut spec = default;
     spec.set_linux(Some(linux));
     spec.set_hostname(Some("pod-a".into()));

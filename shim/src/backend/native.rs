@@ -27,7 +27,7 @@ use peapod_runtime::spec::{self, Resources};
 use peapod_runtime::started;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
@@ -96,16 +96,13 @@ pub async fn start_pause(
     cmd: &CreateCommand<'_>,
     cgroups_path: &str,
 ) -> Result<(u32, Pause), RuntimeCliError> {
-    let helper = Helper::Pause {
-        bundle: cmd.bundle.to_path_buf(),
-        pid_file: cmd.pid_file.to_path_buf(),
-    };
     // The helper's stdio is the pause's.
     let [stdin, stdout, _] = cmd.io.try_clone().into_stdio();
     let set_up = |c: &mut Command| {
         c.stdin(stdin).stdout(stdout);
     };
-    match run(helpers, cgroups, cgroups_path, cmd, helper, set_up).await {
+    let pause = |bundle, pid_file| Helper::Pause { bundle, pid_file };
+    match run(helpers, cgroups, cgroups_path, cmd, pause, set_up).await {
         Ok((pid, pidfd)) => {
             let made = Made::new(PAUSE, pidfd, cgroups_path);
             Ok((pid, Pause { pid, made }))
@@ -129,10 +126,6 @@ pub async fn create(
     cmd: &CreateCommand<'_>,
     cgroups_path: &str,
 ) -> Result<(u32, Created), String> {
-    let helper = Helper::Create {
-        bundle: cmd.bundle.to_path_buf(),
-        pid_file: cmd.pid_file.to_path_buf(),
-    };
     let (start_r, start_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
     let io = cmd.io.try_clone();
     let stderr = match io.stderr {
@@ -163,7 +156,8 @@ pub async fn create(
         // Open until the helper is spawned with its copies.
         (start_r, stderr)
     };
-    match run(helpers, cgroups, cgroups_path, cmd, helper, set_up).await {
+    let create = |bundle, pid_file| Helper::Create { bundle, pid_file };
+    match run(helpers, cgroups, cgroups_path, cmd, create, set_up).await {
         Ok((pid, pidfd)) => Ok((
             pid,
             Created {
@@ -183,7 +177,7 @@ enum Failure {
     Exit(i32, String),
 }
 
-/// Runs `helper` for the container of `cmd` (its stdio and descriptors as `set_up` gives
+/// Runs the helper `which` makes of the bundle and pid file of `cmd` (its stdio and descriptors as `set_up` gives
 /// them; what it returns is kept until the helper is spawned; the helper's own words go to
 /// `<bundle>/runtime.log`) and waits for it: what it started, held by a pidfd, or why not,
 /// once what joined the cgroup `cgroups_path` (a process that started and failed later) has
@@ -193,7 +187,7 @@ async fn run<T>(
     cgroups: &Cgroups,
     cgroups_path: &str,
     cmd: &CreateCommand<'_>,
-    helper: Helper,
+    which: impl FnOnce(PathBuf, PathBuf) -> Helper,
     set_up: impl FnOnce(&mut Command) -> T,
 ) -> Result<(u32, Pidfd), Failure> {
     let log = cmd.bundle.join("runtime.log");
@@ -202,6 +196,7 @@ async fn run<T>(
         let at = format!("create {}: {e}", log.display());
         Failure::Spawn(std::io::Error::new(e.kind(), at))
     })?;
+    let helper = which(cmd.bundle.to_path_buf(), cmd.pid_file.to_path_buf());
     let mut command = helper.command(&helpers.program);
     command.stderr(log_file);
     let held = set_up(&mut command);
