@@ -30,7 +30,7 @@ fn main() {
 /// file, shared by every shim; measured with 20 pods: 0.33 -> 0.29 MB PSS and 0.19 -> 0.15 MB
 /// private per shim (docs/performance.md). The shim needs nothing of glibc's that a static
 /// program cannot have: it resolves no user or host names (no NSS) and loads no library
-/// (libseccomp is linked in too, shim/src/nsexec/seccomp.rs).
+/// (libseccomp is linked in too, runtime/src/seccomp.rs).
 ///
 /// How: `crt-static` is a flag of the whole build in Cargo (it would make the daemon static
 /// too, whose registry pulls resolve host names through NSS, and it breaks proc-macro crates

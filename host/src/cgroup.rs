@@ -192,12 +192,9 @@ pub fn rejoin_own_cgroup(root: &Path) -> std::io::Result<()> {
     std::fs::write(dir.join("cgroup.procs"), pid.to_string())
 }
 
-/// Makes cgroup `path` in every hierarchy under `root` and moves process `pid` into it, as a
-/// runtime's `create` does for a container's init; returns the cgroup's directory in each
-/// hierarchy. A v1 cpuset cgroup starts with no CPUs and memory nodes, which no process may
-/// join: each level made here gets its parent's. On failure what was made stays for
-/// [`remove`] (the caller's undo, which also kills what joined).
-pub fn create_and_join(root: &Path, path: &str, pid: u32) -> std::io::Result<Vec<PathBuf>> {
+/// Cgroup `path` relative to a hierarchy's root, refused when it is the root itself or leaves
+/// it (`..`, `.`): what a cgroup made, joined or removed for a container must be below.
+pub fn below_root(path: &str) -> std::io::Result<&str> {
     let rel = path.trim_start_matches('/');
     if rel.is_empty() || rel.split('/').any(|c| c == ".." || c == ".") {
         return Err(std::io::Error::new(
@@ -205,74 +202,7 @@ pub fn create_and_join(root: &Path, path: &str, pid: u32) -> std::io::Result<Vec
             format!("not a cgroup below the root: {path:?}"),
         ));
     }
-    let mut dirs = Vec::new();
-    for hierarchy in hierarchy_dirs(root) {
-        let mut dir = hierarchy.clone();
-        for part in rel.split('/').filter(|p| !p.is_empty()) {
-            let parent = dir.clone();
-            dir.push(part);
-            match std::fs::create_dir(&dir) {
-                Ok(()) => inherit_cpuset(&parent, &dir)?,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(with_path(e, &dir)),
-            }
-        }
-        let procs = dir.join("cgroup.procs");
-        std::fs::write(&procs, pid.to_string()).map_err(|e| with_path(e, &procs))?;
-        dirs.push(dir);
-    }
-    Ok(dirs)
-}
-
-/// A new v1 cpuset cgroup `dir` gets the CPUs and memory nodes of `parent` (nothing to do in
-/// other hierarchies, whose directories have no such files).
-fn inherit_cpuset(parent: &Path, dir: &Path) -> std::io::Result<()> {
-    for file in ["cpuset.cpus", "cpuset.mems"] {
-        let mine = dir.join(file);
-        if !mine.exists() || dir.join("cgroup.controllers").exists() {
-            // Not a v1 cpuset hierarchy (v2 cgroups inherit their effective sets).
-            continue;
-        }
-        let current = std::fs::read_to_string(&mine).map_err(|e| with_path(e, &mine))?;
-        if !current.trim().is_empty() {
-            continue;
-        }
-        let from = parent.join(file);
-        let value = std::fs::read_to_string(&from).map_err(|e| with_path(e, &from))?;
-        std::fs::write(&mine, value.trim()).map_err(|e| with_path(e, &mine))?;
-    }
-    Ok(())
-}
-
-fn with_path(e: std::io::Error, path: &Path) -> std::io::Error {
-    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-}
-
-/// The processes in cgroup `path` and the cgroups below it, as the first hierarchy under
-/// `root` that has it lists them (every hierarchy holds a container's processes alike).
-pub fn members(root: &Path, path: &str) -> Vec<i32> {
-    let rel = path.trim_start_matches('/');
-    let mut out = Vec::new();
-    if let Some(dir) = hierarchy_dirs(root)
-        .into_iter()
-        .map(|h| h.join(rel))
-        .find(|d| d.is_dir())
-    {
-        collect_members(&dir, &mut out);
-    }
-    out
-}
-
-fn collect_members(dir: &Path, out: &mut Vec<i32>) {
-    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-    out.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect_members(&e.path(), out);
-            }
-        }
-    }
+    Ok(rel)
 }
 
 /// How long [`remove`] waits for the processes it killed to leave a cgroup.
@@ -283,13 +213,7 @@ const EMPTY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// `delete` does, for a container the runtime never finished making: a `create` killed half-way
 /// has made its cgroups but not yet the state that would let `delete` find them.
 pub fn remove(root: &Path, path: &str) -> std::io::Result<()> {
-    let rel = path.trim_start_matches('/');
-    if rel.is_empty() || rel.split('/').any(|c| c == ".." || c == ".") {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("not a cgroup below the root: {path:?}"),
-        ));
-    }
+    let rel = below_root(path)?;
     for hierarchy in hierarchy_dirs(root) {
         remove_tree(&hierarchy.join(rel))?;
     }
@@ -336,78 +260,6 @@ fn kill_members(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn create_and_join_makes_every_level_in_every_hierarchy() {
-        let root = tempfile::tempdir().unwrap();
-        let r = root.path();
-        touch(r, "cpuset/cgroup.procs");
-        touch(r, "memory/cgroup.procs");
-        touch(r, "memory/kubepods/cgroup.procs");
-        let dirs = create_and_join(r, "/kubepods/pod1", 42).unwrap();
-        assert_eq!(
-            dirs,
-            vec![
-                r.join("cpuset/kubepods/pod1"),
-                r.join("memory/kubepods/pod1")
-            ]
-        );
-        for d in &dirs {
-            assert_eq!(
-                std::fs::read_to_string(d.join("cgroup.procs")).unwrap(),
-                "42"
-            );
-        }
-        assert!(create_and_join(r, "/", 1).is_err());
-        assert!(create_and_join(r, "/a/../b", 1).is_err());
-    }
-
-    #[test]
-    fn members_are_read_below_the_path_in_the_first_hierarchy_that_has_it() {
-        let root = tempfile::tempdir().unwrap();
-        let r = root.path();
-        touch(r, "blkio/cgroup.procs");
-        touch(r, "memory/cgroup.procs");
-        std::fs::create_dir_all(r.join("memory/pod/c1/sub")).unwrap();
-        std::fs::write(r.join("memory/pod/c1/cgroup.procs"), "10\n11\n").unwrap();
-        std::fs::write(r.join("memory/pod/c1/sub/cgroup.procs"), "12\n").unwrap();
-        let mut pids = members(r, "/pod/c1");
-        pids.sort();
-        assert_eq!(pids, vec![10, 11, 12]);
-        assert!(members(r, "/pod/none").is_empty());
-    }
-
-    #[test]
-    fn a_new_v1_cpuset_gets_its_parents_sets_and_a_filled_one_is_kept() {
-        let root = tempfile::tempdir().unwrap();
-        let parent = root.path();
-        std::fs::write(parent.join("cpuset.cpus"), "0-1\n").unwrap();
-        std::fs::write(parent.join("cpuset.mems"), "0\n").unwrap();
-        // What the kernel gives a new cpuset directory: empty set files.
-        let dir = parent.join("new");
-        touch(&dir, "cpuset.cpus");
-        touch(&dir, "cpuset.mems");
-        inherit_cpuset(parent, &dir).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(dir.join("cpuset.cpus")).unwrap(),
-            "0-1"
-        );
-        assert_eq!(
-            std::fs::read_to_string(dir.join("cpuset.mems")).unwrap(),
-            "0"
-        );
-        std::fs::write(dir.join("cpuset.cpus"), "1").unwrap();
-        inherit_cpuset(parent, &dir).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(dir.join("cpuset.cpus")).unwrap(),
-            "1"
-        );
-        // Another hierarchy's directory has no such files: nothing to do.
-        let other = parent.join("other");
-        std::fs::create_dir(&other).unwrap();
-        inherit_cpuset(parent, &other).unwrap();
-        assert!(!other.join("cpuset.cpus").exists());
-    }
 
     const V1: &str = "12:pids:/peapod/c1\n7:cpu,cpuacct:/peapod/c1\n4:memory:/peapod/c1\n1:name=systemd:/init.scope\n";
     const HYBRID: &str = "12:pids:/peapod/c1\n7:cpu,cpuacct:/peapod/c1\n4:memory:/peapod/c1\n1:name=systemd:/x\n0::/peapod/c1\n";

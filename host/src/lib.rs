@@ -12,13 +12,18 @@
 //! - [`heap`]: one malloc arena for the whole process (the daemon's and the shims' memory);
 //! - [`held`]: start-up waiting, bounded, for a lock or port a dying predecessor still holds;
 //! - [`cgroup`]: a process's cgroups from `/proc/<pid>/cgroup`, the host's cgroup layout (v1,
-//!   hybrid, v2) and where a controller's directory is under the cgroup mount;
+//!   hybrid, v2), where a controller's directory is under the cgroup mount, and the removal
+//!   of a cgroup with what still runs in it (making, limiting and joining a container's
+//!   cgroups is `peapod-runtime`'s);
+//! - [`capability`]: capability names in kernel bit order, for the spec builder and the
+//!   native paths alike;
 //! - [`rootfs`]: reading a file of a container's root filesystem (an image's `/etc/passwd`)
 //!   without leaving it and without opening FIFOs or devices;
 //! - [`userns`]: a pod's user namespace (and its network namespace owned by it) pinned on
 //!   files, idmapped mounts of root filesystems, and the probe that says whether this host can;
 //! - [`libm_pow`]: `pow`, the one function of libm the programs call, so that they do not load
 //!   libm;
+//! - [`sync`]: a mutex's guard whatever a panicking holder left ([`sync::LockUnpoisoned`]);
 //! - [`timefmt`]: the workspace's clock: nanoseconds since the epoch and RFC 3339 timestamps
 //!   with nanoseconds (CRI log lines, records, events), for the daemon and the shim alike.
 //!
@@ -32,7 +37,6 @@
 pub mod apparmor;
 pub mod capability;
 pub mod cgroup;
-pub mod cgroup_limits;
 pub mod dbus;
 pub mod fs;
 pub mod heap;
@@ -40,6 +44,7 @@ pub mod held;
 pub mod libm_pow;
 pub mod mount;
 pub mod rootfs;
+pub mod sync;
 pub mod systemd;
 pub mod timefmt;
 pub mod userns;

@@ -103,6 +103,9 @@ fn park(uids: &IdMap, gids: &IdMap, with_net: bool) -> io::Result<Parked> {
     }
     if pid == 0 {
         // The child: die with the thread that made us, wait for SIGKILL otherwise.
+        // SAFETY: in the fork-like child, only async-signal-safe calls with integer arguments
+        // (prctl, pause), and it never leaves this block: no state copied from other threads
+        // is touched.
         unsafe {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             loop {

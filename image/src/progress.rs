@@ -7,6 +7,7 @@
 //! file to draw its bar; the daemon logs the same numbers. In-process callers
 //! can use [`crate::Store::progress`] instead.
 
+use peapod_host::sync::LockUnpoisoned;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -66,11 +67,11 @@ pub(crate) struct Tracker {
 
 impl Tracker {
     pub fn snapshot(&self) -> PullProgress {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.state.lock_unpoisoned().clone()
     }
 
     pub fn update(&self, f: impl FnOnce(&mut PullProgress)) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock_unpoisoned();
         f(&mut s);
         s.done_bytes = s.layers.iter().map(|l| l.done_bytes).sum();
     }
@@ -95,7 +96,7 @@ impl Tracker {
     }
 
     fn write(&self) {
-        let stopped = self.file_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let stopped = self.file_lock.lock_unpoisoned();
         if *stopped {
             return;
         }
@@ -146,11 +147,7 @@ impl ProgressWriter {
 impl Drop for ProgressWriter {
     fn drop(&mut self) {
         self.task.abort();
-        let mut stopped = self
-            .tracker
-            .file_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut stopped = self.tracker.file_lock.lock_unpoisoned();
         *stopped = true;
         let _ = std::fs::remove_file(&self.tracker.path);
     }

@@ -5,6 +5,7 @@
 use crate::Metrics;
 use http::{HeaderMap, Request, Response};
 use http_body::{Body, Frame, SizeHint};
+use peapod_host::sync::LockUnpoisoned;
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
@@ -66,7 +67,7 @@ impl MethodNames {
         if !ok(service) || !ok(method) {
             return unknown();
         }
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.lock_unpoisoned();
         if !seen.contains(path) {
             if seen.len() >= MAX_METHODS {
                 return unknown();

@@ -14,6 +14,7 @@ use crate::validate::{invalid_message, validate_pod};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use peapod_host::sync::LockUnpoisoned;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
@@ -145,7 +146,7 @@ impl Manager {
                     if let Some(d) = done.as_mut() {
                         let _ = d.wait_for(|d| *d).await;
                     }
-                    pods.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                    pods.lock_unpoisoned().remove(&key);
                 });
             }
         }
@@ -159,7 +160,7 @@ impl Manager {
             .lock()
             .values()
             .map(|h| {
-                let v = h.view.lock().unwrap_or_else(|e| e.into_inner());
+                let v = h.view.lock_unpoisoned();
                 let burstable = v.pod.spec.as_ref().is_some_and(|s| {
                     crate::resources::qos_class(s) == crate::resources::QosClass::Burstable
                 });
@@ -181,7 +182,7 @@ impl Manager {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Handle>> {
-        self.pods.lock().unwrap_or_else(|e| e.into_inner())
+        self.pods.lock_unpoisoned()
     }
 
     fn spawn(&self, rec: PodRecord, adopt: bool) {
@@ -275,7 +276,7 @@ impl Manager {
             let existing = {
                 let pods = self.lock();
                 pods.get(&(ns.clone(), name.clone())).map(|h| {
-                    let v = h.view.lock().unwrap_or_else(|e| e.into_inner());
+                    let v = h.view.lock_unpoisoned();
                     (desired(&v.pod), v.pod.metadata.deletion_timestamp.is_some())
                 })
             };
@@ -312,7 +313,7 @@ impl Manager {
         let used = {
             let pods = self.lock();
             pods.values().fold(Amounts::default(), |acc, h| {
-                let v = h.view.lock().unwrap_or_else(|e| e.into_inner());
+                let v = h.view.lock_unpoisoned();
                 Amounts {
                     cpu_milli: acc.cpu_milli + v.requests.cpu_milli,
                     memory: acc.memory + v.requests.memory,
@@ -357,7 +358,7 @@ impl Manager {
             .lock()
             .get(&(rec.namespace().to_string(), rec.name().to_string()))
         {
-            h.view.lock().unwrap_or_else(|e| e.into_inner()).requests = requests;
+            h.view.lock_unpoisoned().requests = requests;
         }
         Ok(())
     }
@@ -376,7 +377,7 @@ impl Manager {
                 namespace: namespace.into(),
                 name: name.into(),
             })?;
-        let view = h.view.lock().unwrap_or_else(|e| e.into_inner());
+        let view = h.view.lock_unpoisoned();
         Ok(read(&view))
     }
 
@@ -389,7 +390,7 @@ impl Manager {
         let pods = self.lock();
         pods.iter()
             .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
-            .map(|(_, h)| h.view.lock().unwrap_or_else(|e| e.into_inner()).pod.clone())
+            .map(|(_, h)| h.view.lock_unpoisoned().pod.clone())
             .collect()
     }
 
@@ -425,7 +426,7 @@ impl Manager {
         let pods = self.pods.clone();
         let finished = async move {
             let _ = done.wait_for(|d| *d).await;
-            let mut pods = pods.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pods = pods.lock_unpoisoned();
             if pods.get(&key).is_some_and(|h| h.uid == uid) {
                 pods.remove(&key);
             }

@@ -1,10 +1,12 @@
-//! The containers of the pod as the shim holds them: an init process, the execs, and the
-//! peapod options it was created with. Lookups that fail say which container or exec is
-//! missing, in one place.
+//! The containers of the pod as the shim holds them: the backend that runs each (chosen at
+//! its create), an init process, the execs, and the peapod options it was created with.
+//! Lookups that fail say which container or exec is missing, in one place.
 
+use crate::backend::Backend;
 use crate::error::{Result, ShimError};
 use crate::process::{ExecProcess, InitProcess};
 use crate::stdio::IoHandle;
+use peapod_host::sync::LockUnpoisoned;
 use peapod_shim::protocol::CreateOptions;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -14,6 +16,8 @@ use tokio::sync::watch;
 pub struct Container {
     pub id: String,
     pub bundle: PathBuf,
+    /// How it is run: every call on it goes through this backend (`backend::Backends`).
+    pub backend: Arc<Backend>,
     pub options: CreateOptions,
     pub init: InitProcess,
     /// Stops the attach socket's server.
@@ -85,7 +89,7 @@ pub struct Containers {
 
 impl Containers {
     pub fn lock(&self) -> MutexGuard<'_, HashMap<String, Container>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+        self.map.lock_unpoisoned()
     }
 
     /// Runs `f` on container `id` under the lock; NotFound when there is no such container.

@@ -4,7 +4,7 @@
 //! in one place ([`From<ShimError> for ttrpc::Error`]), so codes and messages are decided here
 //! and nowhere else.
 
-use crate::runtime_cli::RuntimeCliError;
+use crate::backend::runtime_cli::RuntimeCliError;
 use ttrpc::Code;
 
 #[derive(Debug, thiserror::Error)]

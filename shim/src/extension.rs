@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use containerd_shim_protos::api;
 use containerd_shim_protos::protobuf::well_known_types::empty::Empty;
 use containerd_shim_protos::protobuf::Message;
+use peapod_host::sync::LockUnpoisoned;
 use peapod_shim::protocol;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,8 +49,7 @@ impl ReopenLog {
                 request.id
             )));
         };
-        log.lock()
-            .unwrap_or_else(|p| p.into_inner())
+        log.lock_unpoisoned()
             .reopen()
             .map_err(|e| ShimError::io("reopen log", e))?;
         Empty::new()

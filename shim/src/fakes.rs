@@ -6,10 +6,13 @@
 //! on demand and records signals. Pids start above the kernel's `PID_MAX_LIMIT`, so they can
 //! never name a real process.
 
+use crate::backend::runtime_cli::{
+    CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus,
+};
 use crate::oom_kill_counter::OomCounter;
 use crate::process_control::ProcessControl;
-use crate::runtime_cli::{CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus};
 use async_trait::async_trait;
+use peapod_host::sync::LockUnpoisoned;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,7 +37,7 @@ pub struct FakeProcesses {
 
 impl FakeProcesses {
     fn lock(&self) -> MutexGuard<'_, ProcessTable> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        self.table.lock_unpoisoned()
     }
 
     /// Makes `pid` exit with `code` (once; later exits of the same pid are ignored).
@@ -134,7 +137,7 @@ impl FakeRuntime {
     }
 
     fn lock(&self) -> MutexGuard<'_, RuntimeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// The next call of `command` fails with `err`.

@@ -9,45 +9,47 @@
 //! every container process is reparented to it when `runc create` or `runc exec --detach`
 //! returns, and it reaps them itself.
 //!
-//! Modules (after the containerd rust-extensions runc shim's task / container / process cut):
-//! - `server`: bootstrap of `serve`: real runtime and processes, ttrpc services, shutdown;
-//! - `task_api`: containerd's `Task` ttrpc trait, fields in and out, no logic;
-//! - `task`: the Task service itself, over the two traits below; `task_tests.rs` tests it;
-//! - `container`, `process`: a container (init + execs) and its processes' state and exits;
-//! - `runtime_cli` (trait) and `runc` (the real runc/crun/youki CLI);
-//! - `process_control` (trait): exits, signals and OOM counters of host processes;
-//! - `error`: `ShimError`, its ttrpc code, the one place statuses are built;
-//! - `extension`: peapod's ReopenLog method; `stdio`, `console`, `logio`: stdio, ptys, CRI logs;
-//! - `reaper`: the subreaper's one `waitpid` loop; `oom_kill_counter`: OOM kill detection;
-//! - `after_burst`: the memory a burst of requests left, given back once the shim is quiet;
-//! - `containerd`: the second face, `containerd-shim-peapod-v2` (the same binary built under
-//!   that name by `src/bin/containerd-shim-peapod-v2.rs`): containerd's launch protocol,
-//!   rootfs mounts, events; `init_stdio`: a container's stdio as peapod or containerd wants it.
+//! `peapod-shim nsexec ...` is the same program run as one of the native paths' helpers
+//! (`peapod_runtime::helper`).
+//!
+//! Layers, each using only those below it (`tools/layers` fails CI on an import circle, and
+//! the module-map test fails when this list and the modules part):
+//!
+//! 1. the faces — `containerd/`: containerd's runtime v2 shim (`containerd-shim-peapod-v2`,
+//!    the same binary under that name, `src/bin/containerd-shim-peapod-v2.rs`): its launch
+//!    protocol, rootfs mounts, events, OOM events, Stats; `server`: peapod's, `serve`'s
+//!    bootstrap (the reaper, the backends, the services on the socket, shutdown);
+//! 2. the ttrpc services — `task_api` (containerd's `Task` trait over the Task service:
+//!    fields in and out, no logic), `extension` (peapod's ReopenLog);
+//! 3. `task` — the Task service itself, what each call does (`task_tests.rs` tests it over
+//!    fakes);
+//! 4. state — `container` (a container: its backend, init, execs, options), `process` (a
+//!    process's pid, stdio and exit, published once); `error` (`ShimError`, its ttrpc code,
+//!    the one place statuses are built);
+//! 5. `stdio/` — a process's stdio as the shim holds it: pipes, attach, ptys (`console`), the
+//!    CRI log (`logio`), containerd's log URIs, a container's stdio as its launcher wants it;
+//! 6. `backend/` — one backend per container, chosen at its create: the OCI runtime CLI
+//!    (`runc`, behind the `RuntimeCli` trait), runc assisted by the shim, or the shim's own
+//!    helpers (`peapod-runtime`), and native execs through a resident helper;
+//! 7. host processes — `process_control` (exits, signals and OOM counters of host
+//!    processes, behind a trait), `reaper` (the subreaper's one `waitpid` loop),
+//!    `oom_kill_counter` (telling an OOM kill from another SIGKILL); `after_burst` (the
+//!    memory a burst of requests left, given back once the shim is quiet).
+//!
+//! `fakes` (tests only): a fake runtime CLI and fake processes.
 
 mod after_burst;
-mod console;
+mod backend;
 mod container;
 mod containerd;
 mod error;
 mod extension;
 #[cfg(test)]
 mod fakes;
-mod init_stdio;
-mod log_uri;
-mod logio;
-mod native_create;
-mod native_exec;
-mod native_pause;
-mod native_runc;
-mod nsexec;
 mod oom_kill_counter;
-mod pidfd;
 mod process;
 mod process_control;
 mod reaper;
-mod residents;
-mod runc;
-mod runtime_cli;
 mod server;
 mod stdio;
 mod task;
@@ -65,10 +67,10 @@ pub struct Args {
     pub runtime_root: PathBuf,
     pub log: Option<PathBuf>,
     /// How execs start: natively where possible (`native`, the default) or by `runc exec`.
-    pub exec: native_exec::ExecMode,
+    pub exec: backend::ExecMode,
     /// How app containers are created: natively where possible (`native`, the default, with
     /// native execs only) or by `runc create`.
-    pub create: native_create::CreateMode,
+    pub create: backend::CreateMode,
     /// The cgroup driver of the daemon that started us (`--cgroup-driver systemd`): runc is
     /// then run with `--systemd-cgroup`, so that a `slice:prefix:name` cgroupsPath becomes a
     /// scope unit in that slice instead of a directory of that name.
@@ -77,7 +79,7 @@ pub struct Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc] [--create native|runc] [--cgroup-driver cgroupfs|systemd]\n       peapod-shim nsexec ... (see src/nsexec)"
+        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc] [--create native|runc] [--cgroup-driver cgroupfs|systemd]\n       peapod-shim nsexec ... (see peapod_runtime::helper)"
     );
     std::process::exit(2)
 }
@@ -89,8 +91,8 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
     let mut runtime = "runc".to_string();
     let mut runtime_root = None;
     let mut log = None;
-    let mut exec = native_exec::ExecMode::Native;
-    let mut create = native_create::CreateMode::Native;
+    let mut exec = backend::ExecMode::Native;
+    let mut create = backend::CreateMode::Native;
     let mut systemd_cgroup = false;
     while let Some(flag) = argv.next() {
         let value = argv.next().unwrap_or_else(|| usage());
@@ -100,16 +102,14 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             "--runtime" => runtime = value,
             "--runtime-root" => runtime_root = Some(PathBuf::from(value)),
             "--log" => log = Some(PathBuf::from(value)),
-            "--exec" => exec = native_exec::ExecMode::parse(&value).unwrap_or_else(|| usage()),
+            "--exec" => exec = backend::ExecMode::parse(&value).unwrap_or_else(|| usage()),
+            "--create" => create = backend::CreateMode::parse(&value).unwrap_or_else(|| usage()),
             "--cgroup-driver" => {
                 systemd_cgroup = match value.as_str() {
                     "systemd" => true,
                     "cgroupfs" => false,
                     _ => usage(),
                 }
-            }
-            "--create" => {
-                create = native_create::CreateMode::parse(&value).unwrap_or_else(|| usage())
             }
             _ => usage(),
         }
@@ -151,7 +151,7 @@ fn main() {
         return;
     }
     if std::env::args().nth(1).as_deref() == Some("nsexec") {
-        std::process::exit(nsexec::main(argv.skip(1)));
+        std::process::exit(peapod_runtime::helper::main(argv.skip(1)));
     }
     let (command, args) = parse_args(argv);
     let code = match command.as_str() {

@@ -7,6 +7,7 @@
 //! [`Reaper::subscribe`]. The lock is held both while spawning and while reaping, so an exit
 //! can never be reaped before its subscriber is registered.
 
+use peapod_host::sync::LockUnpoisoned;
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -58,7 +59,7 @@ impl Reaper {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     /// Reaps every exited child without blocking.

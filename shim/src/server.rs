@@ -1,14 +1,11 @@
-//! Bootstrap of `peapod-shim serve`: the reaper, the real runtime CLI and processes, the Task
-//! and extension services on the ttrpc socket, until Shutdown or SIGTERM.
+//! Bootstrap of `peapod-shim serve`: the reaper, the backends (the real runtime CLI and the
+//! native paths the command line allows), host processes, the Task and extension services
+//! on the ttrpc socket, until Shutdown or SIGTERM.
 
-use crate::native_create::NativeCreate;
-use crate::native_exec::{ExecMode, NativeExec};
-use crate::native_pause::NativePause;
-use crate::native_runc::NativeRunc;
+use crate::backend::runc::Runc;
+use crate::backend::{Backends, Config, Helpers};
 use crate::process_control::HostProcesses;
 use crate::reaper::Reaper;
-use crate::runc::Runc;
-use crate::runtime_cli::RuntimeCli;
 use crate::task::TaskService;
 use crate::task_api::TaskApi;
 use crate::{extension, Args};
@@ -62,34 +59,19 @@ pub async fn run(args: Arc<Args>, ready: Option<OwnedFd>) -> Result<(), String> 
         )
         .with_systemd_cgroup(args.systemd_cgroup),
     );
-    let helper = std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?;
-    // Innermost, on runc: the runc commands the shim does itself (start, kill, delete), so
-    // that the exec layer above removes a container's resident helper before either deletes.
-    let runc: Arc<dyn RuntimeCli> = Arc::new(NativeRunc::new(
-        runc,
-        &args.runtime,
-        args.runtime_root.clone(),
-    ));
-    let cli: Arc<dyn RuntimeCli> = match args.exec {
-        ExecMode::Runtime => runc,
-        ExecMode::Native => {
-            // Under the exec layer, which joins a native container by its init's pid like
-            // any other; only with it (a native container has no runc to exec through).
-            let created: Arc<dyn RuntimeCli> = Arc::new(NativeCreate::new(
-                runc,
-                &args.runtime,
-                args.create,
-                helper.clone(),
-                reaper.clone(),
-            ));
-            Arc::new(NativeExec::new(created, helper.clone(), reaper.clone()))
-        }
+    let helpers = Helpers {
+        program: std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?,
+        reaper: reaper.clone(),
     };
-    // Outermost: the pause's create never reaches the runtime when the helper can do it.
-    let cli: Arc<dyn RuntimeCli> =
-        Arc::new(NativePause::new(cli, &args.runtime, helper, reaper.clone()));
+    let config = Config {
+        runtime: &args.runtime,
+        runtime_root: &args.runtime_root,
+        exec: args.exec,
+        create: args.create,
+    };
+    let backends = Backends::new(runc, &config, helpers);
     let tasks = Arc::new(TaskService::new(
-        cli,
+        backends,
         Arc::new(HostProcesses::new(reaper)),
         args.socket
             .parent()
@@ -147,7 +129,7 @@ mod tests {
             let asked = Arc::new(Notify::new());
             let processes = Arc::new(FakeProcesses::default());
             let tasks = Arc::new(TaskService::new(
-                Arc::new(FakeRuntime::new(processes.clone())),
+                Backends::runtime_only(Arc::new(FakeRuntime::new(processes.clone()))),
                 processes,
                 dir.path().to_path_buf(),
                 asked.clone(),

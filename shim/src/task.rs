@@ -1,19 +1,22 @@
 //! The Task service: containerd's shim v2 Task API for every container of the pod, as plain
 //! methods returning [`ShimError`] (the ttrpc adapter is `task_api.rs`).
 //!
-//! It drives the OCI runtime through [`RuntimeCli`] and host processes through
-//! [`ProcessControl`], so every path, failures included, runs in unit tests over fakes. The
-//! only peapod-specific input is [`CreateOptions`] (log path, exit file, attach socket, stdin),
-//! carried in the standard `CreateTaskRequest.options` field.
+//! It runs each container through its backend ([`Backends`]: chosen at create, kept in the
+//! container's record, matched on by each call) and host processes through
+//! [`ProcessControl`]; over a fake runtime CLI ([`Backends::runtime_only`]) and fake
+//! processes every path, failures included, runs in unit tests. The only peapod-specific
+//! input is [`CreateOptions`] (log path, exit file, attach socket, stdin), carried in the
+//! standard `CreateTaskRequest.options` field.
 
+use crate::backend::runtime_cli::{
+    CreateCommand, ExecCommand, ProcessIo, RuntimeCliError, RuntimeStatus,
+};
+use crate::backend::{Backend, Backends};
 use crate::container::{Container, Containers};
 use crate::error::{Result, ShimError};
-use crate::init_stdio::{FifoPaths, PreparedStdio};
 use crate::process::{self, ExecProcess, InitExit, InitProcess};
 use crate::process_control::ProcessControl;
-use crate::runtime_cli::{
-    CreateCommand, ExecCommand, ProcessIo, RuntimeCli, RuntimeCliError, RuntimeStatus,
-};
+use crate::stdio::init::{FifoPaths, PreparedStdio};
 use crate::stdio::{self, IoHandle};
 use containerd_shim_protos::api;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
@@ -42,7 +45,7 @@ pub struct ProcessState {
 }
 
 pub struct TaskService {
-    cli: Arc<dyn RuntimeCli>,
+    backends: Backends,
     processes: Arc<dyn ProcessControl>,
     containers: Containers,
     /// Where console sockets are made (unix socket paths are limited to 108 bytes).
@@ -53,13 +56,13 @@ pub struct TaskService {
 
 impl TaskService {
     pub fn new(
-        cli: Arc<dyn RuntimeCli>,
+        backends: Backends,
         processes: Arc<dyn ProcessControl>,
         console_dir: PathBuf,
         shutdown: Arc<Notify>,
     ) -> TaskService {
         TaskService {
-            cli,
+            backends,
             processes,
             containers: Containers::default(),
             console_dir,
@@ -75,10 +78,18 @@ impl TaskService {
             .join(format!("c{}-{n}", std::process::id()))
     }
 
-    /// Turns a failed runtime command on container `id` into an error, asking the runtime
-    /// whether it knows the container: NotFound when it does not.
-    async fn runtime_failure(&self, id: &str, err: RuntimeCliError) -> ShimError {
-        match self.cli.state(id).await {
+    /// Container `id`'s backend; the runtime CLI's for an id the shim does not hold (the
+    /// runtime, which does not know it either, then says so).
+    fn backend(&self, id: &str) -> Arc<Backend> {
+        self.containers
+            .with(id, |c| Ok(c.backend.clone()))
+            .unwrap_or_else(|_| Arc::new(Backend::runc()))
+    }
+
+    /// Turns a failed command on container `id` into an error, asking its backend whether it
+    /// knows the container: NotFound when it does not.
+    async fn runtime_failure(&self, id: &str, b: &Backend, err: RuntimeCliError) -> ShimError {
+        match self.backends.state(id, b).await {
             Ok(None) => ShimError::RuntimeNotFound {
                 id: id.to_string(),
                 source: err,
@@ -87,9 +98,9 @@ impl TaskService {
         }
     }
 
-    /// Create: the container's stdio, `runtime create` (or `run`), the exit watch and the
-    /// attach socket. On any failure the runtime's container is deleted again and nothing is
-    /// recorded.
+    /// Create: the container's stdio, its create (or `run`) by the backend its spec and the
+    /// configuration choose, the exit watch and the attach socket. On any failure the
+    /// container is deleted again and nothing is recorded.
     pub async fn create(&self, req: api::CreateTaskRequest) -> Result<u32> {
         if req.id.is_empty() || req.bundle.is_empty() {
             return Err(ShimError::InvalidArgument(
@@ -125,7 +136,7 @@ impl TaskService {
         let console_path = prepared.console_path();
         let pid_file = bundle.join("init.pid");
         let created = self
-            .cli
+            .backends
             .create(
                 &req.id,
                 CreateCommand {
@@ -138,10 +149,11 @@ impl TaskService {
                 },
             )
             .await;
-        let pid = match created {
-            Ok(pid) => pid,
+        let (pid, backend) = match created {
+            Ok(created) => created,
             Err(err) => {
-                self.undo_create(&req.id).await;
+                // What a failed create left is the runtime's to remove.
+                self.undo_create(&req.id, &Backend::runc()).await;
                 return Err(ShimError::Runtime(err));
             }
         };
@@ -150,7 +162,7 @@ impl TaskService {
         let io = match prepared.start().await {
             Ok(io) => io,
             Err(err) => {
-                self.undo_create(&req.id).await;
+                self.undo_create(&req.id, &backend).await;
                 return Err(ShimError::io("container stdio", err));
             }
         };
@@ -160,7 +172,7 @@ impl TaskService {
                 stdio::serve_attach(Path::new(&options.attach_socket), io.clone(), stop_rx)
             {
                 io.close_output();
-                self.undo_create(&req.id).await;
+                self.undo_create(&req.id, &backend).await;
                 return Err(ShimError::io(
                     format!("attach socket {}", options.attach_socket),
                     err,
@@ -179,6 +191,7 @@ impl TaskService {
         self.containers.insert(Container {
             id: req.id.clone(),
             bundle,
+            backend: Arc::new(backend),
             init: InitProcess {
                 pid,
                 started: options.start,
@@ -194,9 +207,9 @@ impl TaskService {
         Ok(pid)
     }
 
-    /// Removes what a failed create left in the runtime (its error is the create's).
-    async fn undo_create(&self, id: &str) {
-        let _ = self.cli.delete(id, true).await;
+    /// Removes what a failed create left (its error is the create's).
+    async fn undo_create(&self, id: &str, backend: &Backend) {
+        let _ = self.backends.delete(id, backend, true).await;
     }
 
     /// Start of the init (empty `exec_id`) or of a registered exec; returns the pid.
@@ -204,23 +217,23 @@ impl TaskService {
         if !exec_id.is_empty() {
             return self.start_exec(id, exec_id).await;
         }
-        let (pid, already_started) = self.containers.with(id, |c| {
+        let (pid, backend) = self.containers.with(id, |c| {
             if c.options.start {
                 // Created with `run`: already started; Start only reports the pid.
-                return Ok((c.init.pid, true));
+                return Ok((c.init.pid, None));
             }
             if c.init.started || !c.is_running() {
                 return Err(ShimError::FailedPrecondition(format!(
                     "container {id} was already started"
                 )));
             }
-            Ok((c.init.pid, false))
+            Ok((c.init.pid, Some(c.backend.clone())))
         })?;
-        if already_started {
+        let Some(backend) = backend else {
             return Ok(pid);
-        }
-        if let Err(err) = self.cli.start(id).await {
-            return Err(self.runtime_failure(id, err).await);
+        };
+        if let Err(err) = self.backends.start(id, &backend).await {
+            return Err(self.runtime_failure(id, &backend, err).await);
         }
         // The container may have been deleted meanwhile; then there is nothing to mark.
         let _ = self.containers.with(id, |c| {
@@ -231,7 +244,7 @@ impl TaskService {
     }
 
     async fn start_exec(&self, id: &str, exec_id: &str) -> Result<u32> {
-        let (request, bundle, init_pid) = self.containers.with(id, |c| {
+        let (request, bundle, init_pid, backend) = self.containers.with(id, |c| {
             let running = c.is_running();
             let e = c.exec(exec_id)?;
             if e.pid != 0 {
@@ -244,7 +257,12 @@ impl TaskService {
                     "container {id} is not running"
                 )));
             }
-            Ok((e.request.clone(), c.bundle.clone(), c.init.pid))
+            Ok((
+                e.request.clone(),
+                c.bundle.clone(),
+                c.init.pid,
+                c.backend.clone(),
+            ))
         })?;
         let spec = request
             .spec
@@ -267,9 +285,10 @@ impl TaskService {
         let process_io = std::mem::replace(&mut prepared.process_io, ProcessIo::null());
         let console_path = prepared.console.as_ref().map(|c| c.path().to_path_buf());
         let pid = self
-            .cli
+            .backends
             .exec(
                 id,
+                &backend,
                 ExecCommand {
                     bundle: &bundle,
                     init_pid,
@@ -330,17 +349,17 @@ impl TaskService {
             }
             return Ok((e.pid, exit));
         }
-        let mut exit = self.containers.with(id, |c| {
+        let (mut exit, backend) = self.containers.with(id, |c| {
             if c.init.started && c.is_running() {
                 return Err(ShimError::FailedPrecondition(format!(
                     "container {id} is running; kill it first"
                 )));
             }
-            Ok(c.init.exit.clone())
+            Ok((c.init.exit.clone(), c.backend.clone()))
         })?;
-        if let Err(err) = self.cli.delete(id, true).await {
+        if let Err(err) = self.backends.delete(id, &backend, true).await {
             // Already gone from the runtime is what Delete wants.
-            if let err @ ShimError::Runtime(_) = self.runtime_failure(id, err).await {
+            if let err @ ShimError::Runtime(_) = self.runtime_failure(id, &backend, err).await {
                 return Err(err);
             }
         }
@@ -360,33 +379,32 @@ impl TaskService {
     }
 
     pub async fn pids(&self, id: &str) -> Result<Vec<u32>> {
-        match self.cli.ps(id).await {
+        let backend = self.backend(id);
+        match self.backends.ps(id, &backend).await {
             Ok(pids) => Ok(pids),
-            Err(err) => Err(self.runtime_failure(id, err).await),
+            Err(err) => Err(self.runtime_failure(id, &backend, err).await),
         }
     }
 
     pub async fn pause(&self, id: &str) -> Result<()> {
-        if let Err(err) = self.cli.pause(id).await {
-            return Err(self.runtime_failure(id, err).await);
-        }
-        self.set_paused(id, true);
-        Ok(())
+        self.freeze(id, true).await
     }
 
     pub async fn resume(&self, id: &str) -> Result<()> {
-        if let Err(err) = self.cli.resume(id).await {
-            return Err(self.runtime_failure(id, err).await);
-        }
-        self.set_paused(id, false);
-        Ok(())
+        self.freeze(id, false).await
     }
 
-    fn set_paused(&self, id: &str, paused: bool) {
+    /// Pause (`frozen`) or Resume.
+    async fn freeze(&self, id: &str, frozen: bool) -> Result<()> {
+        let backend = self.backend(id);
+        if let Err(err) = self.backends.freeze(id, &backend, frozen).await {
+            return Err(self.runtime_failure(id, &backend, err).await);
+        }
         let _ = self.containers.with(id, |c| {
-            c.init.paused = paused;
+            c.init.paused = frozen;
             Ok(())
         });
+        Ok(())
     }
 
     /// Kill of an exec (its process tree, for SIGKILL) or of the container through the
@@ -402,14 +420,17 @@ impl TaskService {
             }
             return Ok(());
         }
-        if !self.containers.with(id, |c| Ok(c.is_running()))? {
+        let (running, backend) = self
+            .containers
+            .with(id, |c| Ok((c.is_running(), c.backend.clone())))?;
+        if !running {
             return Ok(());
         }
-        let Err(err) = self.cli.kill(id, signal, all).await else {
+        let Err(err) = self.backends.kill(id, &backend, signal, all).await else {
             return Ok(());
         };
         // The init may have exited between our check and the runtime's: stopped is success.
-        match self.cli.state(id).await {
+        match self.backends.state(id, &backend).await {
             Ok(Some(RuntimeStatus::Stopped)) => Ok(()),
             Ok(None) => Err(ShimError::RuntimeNotFound {
                 id: id.to_string(),
@@ -468,9 +489,11 @@ impl TaskService {
         Ok(())
     }
 
-    /// Update: applies runtime-spec LinuxResources (JSON) through the runtime.
+    /// Update: applies runtime-spec LinuxResources (JSON) through the container's backend.
     pub async fn update(&self, id: &str, resources: Option<&Any>) -> Result<()> {
-        let bundle = self.containers.with(id, |c| Ok(c.bundle.clone()))?;
+        let (bundle, backend) = self
+            .containers
+            .with(id, |c| Ok((c.bundle.clone(), c.backend.clone())))?;
         let Some(any) = resources else {
             return Err(ShimError::InvalidArgument("resources are required".into()));
         };
@@ -483,9 +506,9 @@ impl TaskService {
         let file = bundle.join("update-resources.json");
         let _file = RemoveOnDrop(vec![file.clone()]);
         std::fs::write(&file, &any.value).map_err(|e| ShimError::io("write resources", e))?;
-        match self.cli.update(id, &file).await {
+        match self.backends.update(id, &backend, &file).await {
             Ok(()) => Ok(()),
-            Err(err) => Err(self.runtime_failure(id, err).await),
+            Err(err) => Err(self.runtime_failure(id, &backend, err).await),
         }
     }
 

@@ -19,7 +19,7 @@ fn fixture() -> Fixture {
     let runtime = Arc::new(FakeRuntime::new(processes.clone()));
     let dir = tempfile::tempdir().unwrap();
     let tasks = TaskService::new(
-        runtime.clone(),
+        Backends::runtime_only(runtime.clone()),
         processes.clone(),
         dir.path().to_path_buf(),
         Arc::new(Notify::new()),

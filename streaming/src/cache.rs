@@ -5,6 +5,7 @@
 //! capped. Tokens are 256 random bits from a CSPRNG (the kubelet uses 48): the URL is the only
 //! credential for running a command in a container, so it must not be guessable.
 
+use peapod_host::sync::LockUnpoisoned;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -52,7 +53,7 @@ impl RequestCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     pub(crate) fn insert(&self, req: CachedRequest) -> Result<String, CacheFull> {

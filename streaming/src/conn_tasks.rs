@@ -2,6 +2,7 @@
 //! (for the idle watchdog) and its reader, writer and watchdog tasks, aborted when the last
 //! handle goes, with the graceful close that waits for them up to a linger.
 
+use peapod_host::sync::LockUnpoisoned;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -95,7 +96,7 @@ impl Tasks {
 }
 
 fn take(slot: &Mutex<Option<JoinHandle<()>>>) -> Option<JoinHandle<()>> {
-    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+    slot.lock_unpoisoned().take()
 }
 
 impl Drop for Tasks {

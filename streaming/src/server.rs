@@ -1,6 +1,7 @@
 //! The HTTP side: listening, TLS, routing `/{exec,attach,portforward}/{token}`, protocol
 //! negotiation and the upgrade to SPDY or WebSocket.
 
+use peapod_host::sync::LockUnpoisoned;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -317,7 +318,7 @@ async fn serve_connection(
     if let Err(e) = served {
         debug!("HTTP connection ended: {e}");
     }
-    let pending = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let pending = slot.lock_unpoisoned().take();
     let Some(pending) = pending else { return };
     run_session(&state, pending).await;
 }
@@ -485,7 +486,7 @@ fn route(state: &State, mut req: Request<Incoming>, slot: &Slot) -> HttpResponse
         }
     };
     if let Some(p) = pending {
-        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(p);
+        *slot.lock_unpoisoned() = Some(p);
     }
     resp
 }

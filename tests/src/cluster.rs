@@ -3,6 +3,7 @@
 //! node over its own peapod. One cluster at a time (fixed node addresses and ports): tests take
 //! [`Cluster::lock`] first, and dropping a [`Cluster`] takes it down.
 
+use peapod_host::sync::LockUnpoisoned;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -72,7 +73,7 @@ pub struct Cluster {
 
 impl Cluster {
     fn lock() -> MutexGuard<'static, ()> {
-        let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = ONE_AT_A_TIME.lock_unpoisoned();
         // Whatever an interrupted earlier run left.
         run_script(&["down"]);
         guard

@@ -7,6 +7,7 @@ use super::ContainerService;
 use crate::error::{Error, Result};
 use crate::store::container::ContainerRecord;
 use oci_spec::runtime::{Process, Spec};
+use peapod_host::sync::LockUnpoisoned;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +26,7 @@ fn only_process(process: Option<Process>) -> Spec {
 
 impl Processes {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Spec>>> {
-        self.by_id.lock().unwrap_or_else(|p| p.into_inner())
+        self.by_id.lock_unpoisoned()
     }
 
     pub(super) fn remember(&self, id: &str, spec: &Spec) {

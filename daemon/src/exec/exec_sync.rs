@@ -4,6 +4,7 @@ use super::{read_capped, ExecGuard, ExecOutput, ExecService, Fifos, Prepared};
 use super::{MAX_EXEC_SYNC_OUTPUT, OUTPUT_GRACE};
 use crate::error::{Error, Result};
 use crate::shim::ExecIo;
+use peapod_host::sync::LockUnpoisoned;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,9 +108,7 @@ impl ExecService {
         }
         guard.finish().await;
         drop(fifos);
-        let take = |b: Arc<Mutex<Vec<u8>>>| {
-            std::mem::take(&mut *b.lock().unwrap_or_else(|p| p.into_inner()))
-        };
+        let take = |b: Arc<Mutex<Vec<u8>>>| std::mem::take(&mut *b.lock_unpoisoned());
         let mut out = ExecOutput {
             stdout: take(out_buf),
             stderr: take(err_buf),

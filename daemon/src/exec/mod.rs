@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::sandbox::SandboxService;
 use crate::shim::{Shim, Shims};
 use crate::store::container::{ContainerRecord, ContainerState};
+use peapod_host::sync::LockUnpoisoned;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -181,7 +182,7 @@ pub(crate) async fn read_capped(
             Ok(0) | Err(_) => return dropped,
             Ok(n) => n,
         };
-        let mut b = buf.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = buf.lock_unpoisoned();
         let room = cap.saturating_sub(b.len());
         b.extend_from_slice(&chunk[..n.min(room)]);
         dropped += n.saturating_sub(room);

@@ -9,6 +9,7 @@ use crate::config::CniConfig;
 use crate::error::Result;
 use crate::store::sandbox::CniAttachment;
 use cni::{Attachment, Invoker, NetworkList};
+use peapod_host::sync::RwLockUnpoisoned;
 use peapod_proto::v1::{PodSandboxConfig, Protocol};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -106,16 +107,13 @@ impl Network {
             }
         })
         .map_err(|e| crate::error::Error::path("store the pod CIDR in", file, e))?;
-        let mut guard = self.pod_cidr.write().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.pod_cidr.write_unpoisoned();
         *guard = (!cidr.is_empty()).then(|| cidr.to_string());
         Ok(())
     }
 
     pub fn pod_cidr(&self) -> Option<String> {
-        self.pod_cidr
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.pod_cidr.read_unpoisoned().clone()
     }
 
     pub fn readiness(&self) -> Readiness {

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::ids;
 use crate::runtime_handlers::{RuntimeHandler, RuntimeHandlers};
 use async_trait::async_trait;
+use peapod_host::sync::LockUnpoisoned;
 use peapod_shim::launch::{Readiness, ReadyPipe};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -74,8 +75,7 @@ impl ShimManager {
     fn cache(&self, id: &str, client: ShimClient) -> Arc<dyn Shim> {
         let client: Arc<dyn Shim> = Arc::new(client);
         self.clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .insert(id.to_string(), client.clone());
         client
     }
@@ -154,7 +154,7 @@ impl Shims for ShimManager {
 
     async fn get(&self, sandbox_id: &str) -> Result<Arc<dyn Shim>> {
         {
-            let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+            let mut clients = self.clients.lock_unpoisoned();
             match clients.get(sandbox_id) {
                 Some(c) if c.alive() => return Ok(c.clone()),
                 // A dead shim's connection is dropped; connecting again says why it is gone.
@@ -169,10 +169,7 @@ impl Shims for ShimManager {
     }
 
     fn forget(&self, sandbox_id: &str) {
-        self.clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(sandbox_id);
+        self.clients.lock_unpoisoned().remove(sandbox_id);
     }
 
     /// Short, so that it fits a unix socket address.

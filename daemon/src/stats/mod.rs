@@ -29,6 +29,7 @@ use crate::sandbox::SandboxService;
 use crate::store::container::{config_name, ContainerRecord, ContainerState};
 use crate::store::sandbox::{SandboxRecord, SandboxState};
 use crate::store::to_cri::labels_match;
+use peapod_host::sync::LockUnpoisoned;
 use peapod_host::timefmt;
 use peapod_proto::v1 as cri;
 use std::collections::{HashMap, VecDeque};
@@ -58,7 +59,7 @@ impl Sampler {
     /// old, else since the oldest one there is (None on the first sample, and when the
     /// counter went backwards: a restarted container starts over).
     fn rate(&self, key: &str, at_ns: i64, cpu_ns: u64) -> Option<u64> {
-        let mut all = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.history.lock_unpoisoned();
         if !all.contains_key(key) {
             all.retain(|_, h| h.back().is_some_and(|(t, _)| at_ns - t < FORGET_AFTER_NS));
         }
@@ -87,10 +88,7 @@ impl Sampler {
     }
 
     pub fn forget(&self, key: &str) {
-        self.history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+        self.history.lock_unpoisoned().remove(key);
     }
 }
 

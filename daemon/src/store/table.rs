@@ -13,6 +13,7 @@ use super::names::NameIndex;
 use super::Durability;
 use crate::error::{Error, Result};
 use crate::ids::{IdIndex, Lookup};
+use peapod_host::sync::{LockUnpoisoned, RwLockUnpoisoned};
 use prost::bytes::Bytes;
 use serde::{de::DeserializeOwned, Serialize};
 use std::cmp::Reverse;
@@ -157,7 +158,7 @@ impl<R: Record> Entry<R> {
     }
 
     fn current(&self) -> RwLockReadGuard<'_, Current<R>> {
-        self.record.read().unwrap_or_else(|p| p.into_inner())
+        self.record.read_unpoisoned()
     }
 
     fn order_key(&self) -> OrderKey {
@@ -185,7 +186,7 @@ impl<R: Record> Entry<R> {
         pred: impl FnOnce(&R) -> bool,
         f: impl FnOnce(&mut R),
     ) -> Result<bool> {
-        let _writer = self.persist.lock().unwrap_or_else(|p| p.into_inner());
+        let _writer = self.persist.lock_unpoisoned();
         let mut next = self.get();
         if !pred(&next) {
             return Ok(false);
@@ -205,7 +206,7 @@ impl<R: Record> Entry<R> {
         pred: impl FnOnce(&R) -> bool,
         f: impl FnOnce(&mut R),
     ) -> (bool, Option<Error>) {
-        let _writer = self.persist.lock().unwrap_or_else(|p| p.into_inner());
+        let _writer = self.persist.lock_unpoisoned();
         let mut next = self.get();
         if !pred(&next) {
             return (false, None);
@@ -214,7 +215,7 @@ impl<R: Record> Entry<R> {
         let written = crate::blocking::off_runtime(|| {
             super::write_record(&self.file, &next, Durability::Durable)
         });
-        *self.record.write().unwrap_or_else(|p| p.into_inner()) = Current::new(next);
+        *self.record.write_unpoisoned() = Current::new(next);
         (true, written.err())
     }
 
@@ -231,7 +232,7 @@ impl<R: Record> Entry<R> {
     }
 
     fn update_with(&self, durability: Durability, f: impl FnOnce(&mut R)) -> Result<R> {
-        let _writer = self.persist.lock().unwrap_or_else(|p| p.into_inner());
+        let _writer = self.persist.lock_unpoisoned();
         let mut next = self.get();
         f(&mut next);
         self.persist_and_swap_with(next.clone(), durability)?;
@@ -243,7 +244,7 @@ impl<R: Record> Entry<R> {
     /// first.
     fn persist_and_swap_with(&self, next: R, durability: Durability) -> Result<()> {
         crate::blocking::off_runtime(|| super::write_record(&self.file, &next, durability))?;
-        *self.record.write().unwrap_or_else(|p| p.into_inner()) = Current::new(next);
+        *self.record.write_unpoisoned() = Current::new(next);
         Ok(())
     }
 
@@ -459,15 +460,15 @@ impl<R: Record> Records<R> {
 
     /// The ids whose record files could not be read at load (once).
     pub fn take_torn(&self) -> Vec<String> {
-        std::mem::take(&mut *self.torn.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.torn.lock_unpoisoned())
     }
 
     pub fn read(&self) -> RwLockReadGuard<'_, Table<R>> {
-        self.table.read().unwrap_or_else(|p| p.into_inner())
+        self.table.read_unpoisoned()
     }
 
     pub fn write(&self) -> RwLockWriteGuard<'_, Table<R>> {
-        self.table.write().unwrap_or_else(|p| p.into_inner())
+        self.table.write_unpoisoned()
     }
 
     /// The object an id or unique prefix names.

@@ -10,6 +10,7 @@ use crate::shim::{ExecIo, Exit, NewTask, ProcessState, Shim, Shims};
 use crate::store::sandbox::CniAttachment;
 use async_trait::async_trait;
 use containerd_shim_protos::types::task::Status;
+use peapod_host::sync::LockUnpoisoned;
 use peapod_image::{Image, ImageConfig};
 use peapod_proto::v1::PodSandboxConfig;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock_unpoisoned()
 }
 
 /// The calls the fakes saw, and the ones they are told to fail. Call names are

@@ -55,6 +55,7 @@ use crate::tarball::Limits;
 use crate::unpack::LayerStats;
 use crate::Error;
 use peapod_host::fs::write_file_atomic;
+use peapod_host::sync::LockUnpoisoned;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -421,7 +422,7 @@ impl Store {
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     fn layer_dir(&self, diff_id: &str) -> PathBuf {
@@ -433,7 +434,7 @@ impl Store {
     }
 
     fn key_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut m = self.key_locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.key_locks.lock_unpoisoned();
         if let Some(l) = m.get(key).and_then(Weak::upgrade) {
             return l;
         }

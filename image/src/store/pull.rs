@@ -10,6 +10,7 @@ use crate::reference::{validate_digest, Reference};
 use crate::registry::{Credentials, Session};
 use crate::Error;
 use futures_util::StreamExt;
+use peapod_host::sync::LockUnpoisoned;
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 
@@ -303,22 +304,14 @@ struct PullRegistration<'a> {
 
 impl<'a> PullRegistration<'a> {
     pub(super) fn new(store: &'a Store, key: String, t: Arc<Tracker>) -> Self {
-        store
-            .pulls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone(), t);
+        store.pulls.lock_unpoisoned().insert(key.clone(), t);
         PullRegistration { store, key }
     }
 }
 
 impl Drop for PullRegistration<'_> {
     fn drop(&mut self) {
-        self.store
-            .pulls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.key);
+        self.store.pulls.lock_unpoisoned().remove(&self.key);
     }
 }
 

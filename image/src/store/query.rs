@@ -6,6 +6,7 @@ use crate::digest::{self, hex_of};
 use crate::manifest;
 use crate::progress::PullProgress;
 use crate::reference::{is_lower_hex, Reference};
+use peapod_host::sync::LockUnpoisoned;
 use std::path::{Path, PathBuf};
 
 impl Store {
@@ -94,11 +95,7 @@ impl Store {
         let key = Reference::parse(reference)
             .map(|r| r.to_string())
             .unwrap_or_else(|_| reference.to_string());
-        self.pulls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .map(|t| t.snapshot())
+        self.pulls.lock_unpoisoned().get(&key).map(|t| t.snapshot())
     }
 
     /// The file a running pull of `reference` writes its progress to (see

@@ -22,6 +22,7 @@ use crate::store::Store;
 use crate::volumes;
 use k8s_openapi::api::core::v1::{Container, Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use peapod_host::sync::LockUnpoisoned;
 use peapod_proto::v1 as cri;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -162,7 +163,7 @@ impl Supervisor {
             pod_requests(self.rec.spec())
         };
         {
-            let mut v = self.view.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v = self.view.lock_unpoisoned();
             let deletion = v.pod.metadata.deletion_timestamp.clone();
             v.pod = self.rec.pod.clone();
             if deletion.is_some() {

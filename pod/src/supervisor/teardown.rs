@@ -2,6 +2,7 @@
 //! (preStop, StopContainer with the grace period, removal of everything the pod had).
 
 use super::*;
+use peapod_host::sync::LockUnpoisoned;
 
 impl Supervisor {
     /// After a daemon restart: find the pod's sandbox and containers by their labels, take the
@@ -172,7 +173,7 @@ impl Supervisor {
         self.rec.pod.metadata.deletion_grace_period_seconds = Some(grace);
         self.save();
         {
-            let mut v = self.view.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v = self.view.lock_unpoisoned();
             v.pod.metadata.deletion_timestamp = self.rec.pod.metadata.deletion_timestamp.clone();
             v.pod.metadata.deletion_grace_period_seconds = Some(grace);
         }

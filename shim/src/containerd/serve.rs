@@ -8,9 +8,10 @@ use super::events::Publisher;
 use super::flags::Flags;
 use super::launch;
 use super::task::ContainerdTask;
+use crate::backend::runc::Runc;
+use crate::backend::Backends;
 use crate::process_control::HostProcesses;
 use crate::reaper::Reaper;
-use crate::runc::Runc;
 use crate::task::TaskService;
 use containerd_shim_protos::shim_async::create_task;
 use std::os::fd::OwnedFd;
@@ -50,8 +51,10 @@ async fn run(flags: &Flags, socket: &Path, ready: Option<OwnedFd>) -> Result<(),
     std::fs::create_dir_all(&runtime_root)
         .map_err(|e| format!("create {}: {e}", runtime_root.display()))?;
     let shutdown = Arc::new(Notify::new());
+    // runc for every command: the native paths are peapod's daemon's to ask for.
+    let runc = Runc::new(RUNTIME.to_string(), runtime_root, reaper.clone());
     let tasks = Arc::new(TaskService::new(
-        Arc::new(Runc::new(RUNTIME.to_string(), runtime_root, reaper.clone())),
+        Backends::runtime_only(Arc::new(runc)),
         Arc::new(HostProcesses::new(reaper)),
         // Console sockets beside the shim's own socket: a short path.
         socket.parent().unwrap_or(Path::new("/tmp")).to_path_buf(),

@@ -17,6 +17,7 @@ use containerd_shim_protos::protobuf::MessageField;
 use containerd_shim_protos::shim_async::Task;
 use containerd_shim_protos::topics;
 use containerd_shim_protos::types::task::Status;
+use peapod_host::sync::LockUnpoisoned;
 use peapod_shim::protocol;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -101,7 +102,7 @@ impl ContainerdTask {
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
+        self.held.lock_unpoisoned()
     }
 
     /// Publishes TaskExit once process `exec_id` (empty: the init) of container `id` exits,

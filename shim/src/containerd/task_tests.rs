@@ -21,7 +21,7 @@ fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let shutdown = Arc::new(Notify::new());
     let tasks = Arc::new(TaskService::new(
-        runtime,
+        crate::backend::Backends::runtime_only(runtime),
         processes.clone(),
         dir.path().to_path_buf(),
         shutdown.clone(),

@@ -13,6 +13,7 @@
 //! The tasks are aborted when the last [`Connection`] handle is dropped: keep the connection
 //! alive for as long as its streams are in use.
 
+use peapod_host::sync::LockUnpoisoned;
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
@@ -119,7 +120,7 @@ impl Shared {
     fn table(&self) -> MutexGuard<'_, Table> {
         // A panic while holding the lock cannot leave the table inconsistent in a way that
         // matters more than refusing service; keep going with its contents.
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        self.table.lock_unpoisoned()
     }
 
     fn is_peer_ping(&self, id: u32) -> bool {

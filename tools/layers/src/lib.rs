@@ -302,7 +302,36 @@ fn read(file: &Path) -> Result<syn::File, LoadError> {
 /// What `layers --modules` prints first (docs/modules.md's head).
 pub const MODULE_MAP_HEADER: &str = "# Module map\n\nEach module file of each crate of the workspace, with the first sentence of its docs.\nGenerated: `cargo run -q -p peapod-layers -- --modules > docs/modules.md` (a test fails\nwhen this file and the tree differ).\n";
 
+/// The phrase that opens a crate root's layer table (the daemon's `lib.rs`, the shim's
+/// `main.rs`, the runtime's `lib.rs`): a root whose docs have it names every top-level
+/// module of its crate there ([`Crate::unlisted_modules`]), so that the table cannot drift.
+pub const LAYER_TABLE: &str = "Layers, each using only those below it";
+
 impl Crate {
+    /// The top-level modules the root's layer table leaves out: those its docs do not name
+    /// in backticks (`name`, `name/`, `name::…`). None when the root has no layer table
+    /// ([`LAYER_TABLE`]); test-only modules need no place in it.
+    pub fn unlisted_modules(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.root).unwrap_or_default();
+        let doc: Vec<&str> = text.lines().map_while(|l| l.strip_prefix("//!")).collect();
+        let doc = doc.join("\n");
+        if !doc.contains(LAYER_TABLE) {
+            return Vec::new();
+        }
+        let named: Vec<&str> = doc.split('`').skip(1).step_by(2).collect();
+        let is_named = |m: &str| {
+            named.iter().any(|n| {
+                n.strip_prefix(m)
+                    .is_some_and(|rest| rest.is_empty() || rest == "/" || rest.starts_with("::"))
+            })
+        };
+        self.modules
+            .keys()
+            .filter(|p| p.len() == 1 && !is_named(&p[0]))
+            .map(|p| p[0].clone())
+            .collect()
+    }
+
     /// The module map's section for this crate: one line per module file, its path in the
     /// crate, the file (relative to `workspace`), the first sentence of its docs.
     pub fn module_map(&self, workspace: &Path) -> String {

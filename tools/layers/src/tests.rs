@@ -172,3 +172,23 @@ fn the_workspace_has_no_module_circles() {
          `cargo run -p peapod-layers --bin layers -- --map` shows who uses whom):\n{found}"
     );
 }
+
+#[test]
+fn a_layer_table_must_name_every_top_level_module() {
+    let table = "//! Layers, each using only those below it:\n//! 1. `a`, `b/` and `c::C`\n";
+    let (_d, k) = krate(&[
+        (
+            "lib.rs",
+            &format!("{table}mod a; mod b; mod c; mod d; #[cfg(test)] mod testing;"),
+        ),
+        ("a.rs", ""),
+        ("b/mod.rs", "mod inner;"),
+        ("b/inner.rs", ""),
+        ("c.rs", ""),
+        ("d.rs", ""),
+    ]);
+    assert_eq!(k.unlisted_modules(), vec!["d".to_string()]);
+    // No table, nothing to name.
+    let (_d, k) = krate(&[("lib.rs", "//! A crate.\nmod a;"), ("a.rs", "")]);
+    assert!(k.unlisted_modules().is_empty());
+}

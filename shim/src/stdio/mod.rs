@@ -4,10 +4,20 @@
 //! output is written to the CRI log and copied to attached clients, its stdin is fed from
 //! attach sessions. An exec'd process gets the FIFOs the daemon created (for a tty the shim
 //! copies between the FIFOs and the pty master).
+//!
+//! Here: the pipes, the copying and the attach socket ([`IoHandle`]). Below: `console` (a
+//! terminal's master, received from the runtime or the helper), `logio` (the CRI log
+//! format), `log_uri` (containerd's `file://` and `binary://` log URIs), `init` (a
+//! container's stdio as its launcher wants it: peapod's own, or containerd's FIFOs).
 
-use crate::console::{self, AsyncFile, ConsoleSocket};
-use crate::logio::{CriLog, Stream};
-use crate::runtime_cli::ProcessIo;
+pub mod console;
+pub mod init;
+pub mod log_uri;
+pub mod logio;
+
+use crate::backend::runtime_cli::ProcessIo;
+use console::{AsyncFile, ConsoleSocket};
+use logio::{CriLog, Stream};
 use peapod_shim::protocol::attach::{ClientFrame, ServerFrame};
 use std::ffi::CString;
 use std::io;

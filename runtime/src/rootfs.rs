@@ -9,6 +9,7 @@
 //! container instead. [`Plan::enter`] runs in the cloned init, in the container's mount
 //! namespace (the helper's, unshared) and PID namespace (so that `/proc` shows it).
 
+use crate::spec::{Device, Mount};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -69,37 +70,6 @@ fn default_devices() -> Vec<DeviceNode> {
         gid: 0,
     })
     .collect()
-}
-
-/// The spec's mount, as far as this module reads it.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SpecMount {
-    pub destination: String,
-    #[serde(default, rename = "type")]
-    pub kind: String,
-    #[serde(default)]
-    pub source: String,
-    #[serde(default)]
-    pub options: Vec<String>,
-    pub uid_mappings: Option<serde_json::Value>,
-    pub gid_mappings: Option<serde_json::Value>,
-}
-
-/// The spec's `linux.devices[]` entry.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SpecDevice {
-    pub path: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-    #[serde(default)]
-    pub major: i64,
-    #[serde(default)]
-    pub minor: i64,
-    pub file_mode: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
 }
 
 /// Everything the init does to its root.
@@ -198,8 +168,8 @@ impl Plan {
     pub fn new(
         root: PathBuf,
         root_propagation: libc::c_ulong,
-        mounts: &[SpecMount],
-        devices: &[SpecDevice],
+        mounts: &[Mount],
+        devices: &[Device],
         masked: &[String],
         readonly: &[String],
         readonly_root: bool,
@@ -227,6 +197,8 @@ impl Plan {
                     "tmpfs" => Kind::Kernel("tmpfs"),
                     "devpts" => Kind::Kernel("devpts"),
                     "mqueue" => Kind::Kernel("mqueue"),
+                    // v2: next (a `cgroup2` mount of the container's own cgroup namespace;
+                    // a native create is refused on a v2 host until then).
                     "cgroup" => Kind::CgroupV1,
                     other => return Err(format!("a mount of type {other:?}")),
                 }
@@ -642,8 +614,9 @@ fn mount(
 /// (statfs's, as runc adds them when a remount is refused).
 fn locked_flags(path: &Path) -> libc::c_ulong {
     let Ok(c) = cstring(path) else { return 0 };
-    // SAFETY: statvfs into a zeroed struct.
+    // SAFETY: a plain C struct, for which all zeroes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs of a valid C string into that struct.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } < 0 {
         return 0;
     }
@@ -822,8 +795,8 @@ mod tests {
         assert!(opts(&["idmap"]).is_err());
     }
 
-    fn spec_mount(dest: &str, kind: &str, options: &[&str]) -> SpecMount {
-        SpecMount {
+    fn spec_mount(dest: &str, kind: &str, options: &[&str]) -> Mount {
+        Mount {
             destination: dest.into(),
             kind: kind.into(),
             source: kind.into(),
@@ -834,9 +807,8 @@ mod tests {
 
     #[test]
     fn a_plan_refuses_what_it_cannot_mount() {
-        let plan = |m: Vec<SpecMount>| {
-            Plan::new("/r".into(), libc::MS_SLAVE, &m, &[], &[], &[], false, None)
-        };
+        let plan =
+            |m: Vec<Mount>| Plan::new("/r".into(), libc::MS_SLAVE, &m, &[], &[], &[], false, None);
         let p = plan(vec![
             spec_mount("/proc", "proc", &["nosuid"]),
             spec_mount("/dev", "tmpfs", &["mode=755"]),
@@ -857,7 +829,7 @@ mod tests {
 
     #[test]
     fn spec_devices_replace_the_defaults_of_their_path() {
-        let d = SpecDevice {
+        let d = Device {
             path: "/dev/null".into(),
             kind: "c".into(),
             major: 1,

@@ -1,24 +1,33 @@
-//! The helper's work, in a process of its own (`peapod-shim nsexec`, single-threaded, so
-//! that joining a user or mount namespace and forking are allowed and safe): what `runc exec`
-//! does, in runc's order.
+//! A process the helpers start in a container, as runc's init makes it, in runc's order; in
+//! a helper's own process (single-threaded, so that joining a user or mount namespace and
+//! forking are allowed and safe).
 //!
-//! Once, when the helper starts (`join_container`): the container's seccomp program compiled
-//! (with libseccomp), its cgroups joined (the paths of its init in
-//! `/proc/PID/cgroup`), its oom_score_adj set, then every namespace of the init that differs
-//! from ours joined at once through the init's pidfd. For each exec (`start_process`): a
-//! clone with `CLONE_PARENT`, so that the child, in the container's PID namespace, is the
-//! shim's (as after `runc exec --detach`), and the child becomes the process.
+//! Before anything changes ([`prepare`]): the arguments, capability sets and rlimits read
+//! from the spec's process; what the native paths refuse in a process is [`unsupported`].
+//! For an exec, once, when its resident helper starts ([`join_container`]): the container's
+//! cgroups joined (the paths of its init in `/proc/PID/cgroup`), its oom_score_adj set, then
+//! every namespace of the init that differs from ours joined at once through the init's
+//! pidfd. For each process ([`start`]): a clone with `CLONE_PARENT`, so that the child, in
+//! the container's PID namespace, is the shim's (as after `runc exec --detach`), and the
+//! child becomes the process.
 //!
-//! In the child (`become_process`): a session of its own, rlimits, no_new_privs, seccomp
+//! In the child (`become_process`): its root made and pivoted into (a container created
+//! natively) or chrooted into (a pause), a session of its own, rlimits, no_new_privs, seccomp
 //! (here when no_new_privs is off: loading it then needs CAP_SYS_ADMIN), the bounding set,
 //! supplementary groups, gid, uid (keeping the permitted set), HOME from the container's
 //! /etc/passwd when the environment has none, the working directory, the capability sets,
-//! seccomp (here when no_new_privs is on: as late as possible), then execve. A failure on
-//! the way is written to a close-on-exec pipe; an empty pipe at EOF means execve succeeded.
+//! the wait for its start (a container created natively), seccomp (here when no_new_privs is
+//! on: as late as possible), then execve. A failure on the way is written to a close-on-exec
+//! pipe; an empty pipe at EOF means execve succeeded (or, for a created container, that it
+//! waits for its start).
 
-use super::caps::{self, Sets};
-use super::seccomp;
-use super::spec::{Config, Process};
+use crate::caps::{self, Sets};
+use crate::cgroups;
+use crate::host::Lsm;
+use crate::namespaces;
+use crate::rootfs::Plan;
+use crate::seccomp;
+use crate::spec::Process;
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -26,93 +35,6 @@ use std::path::Path;
 
 fn os(what: impl std::fmt::Display) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
-}
-
-/// Namespaces an exec joins, by their /proc/PID/ns names (user first: the kernel joins the
-/// user namespace first anyway when several are given to one setns).
-const NAMESPACES: [(&str, libc::c_int); 8] = [
-    ("user", libc::CLONE_NEWUSER),
-    ("mnt", libc::CLONE_NEWNS),
-    ("net", libc::CLONE_NEWNET),
-    ("ipc", libc::CLONE_NEWIPC),
-    ("uts", libc::CLONE_NEWUTS),
-    ("pid", libc::CLONE_NEWPID),
-    ("cgroup", libc::CLONE_NEWCGROUP),
-    ("time", 0x80), // CLONE_NEWTIME
-];
-
-/// The setns flags for every namespace of `pid` that this process is not in.
-fn namespaces_to_join(pid: i32) -> Result<libc::c_int, String> {
-    let mut flags = 0;
-    for (name, flag) in NAMESPACES {
-        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{name}"));
-        let ours = std::fs::read_link(format!("/proc/self/ns/{name}"));
-        match (theirs, ours) {
-            (Ok(t), Ok(o)) if t != o => flags |= flag,
-            (Ok(_), Ok(_)) => {}
-            // A kernel without this namespace kind.
-            (Err(e), _) | (_, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
-            (Err(e), _) | (_, Err(e)) => return Err(format!("namespace {name} of {pid}: {e}")),
-        }
-    }
-    Ok(flags)
-}
-
-/// Moves this process into the cgroups of `pid` (every hierarchy: v1, hybrid or v2).
-fn join_cgroups(pid: i32) -> Result<(), String> {
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .map_err(|e| format!("read the cgroups of {pid}: {e}"))?;
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("read mountinfo: {e}"))?;
-    let me = std::process::id().to_string();
-    for line in cgroups.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        let Some(mount) = hierarchy_mount(&mounts, controllers) else {
-            // A hierarchy nobody mounted here (a named one of another tool): runc leaves it.
-            continue;
-        };
-        let procs = Path::new(&mount)
-            .join(path.trim_start_matches('/'))
-            .join("cgroup.procs");
-        std::fs::write(&procs, &me).map_err(|e| format!("join {}: {e}", procs.display()))?;
-    }
-    Ok(())
-}
-
-/// The mount point of the cgroup hierarchy with these controllers ("" for v2; "name=systemd").
-fn hierarchy_mount(mountinfo: &str, controllers: &str) -> Option<String> {
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let fields: Vec<&str> = left.split(' ').collect();
-        let r: Vec<&str> = right.split(' ').collect();
-        let (Some(point), Some(fstype), Some(opts)) = (fields.get(4), r.first(), r.get(2)) else {
-            continue;
-        };
-        // Only whole hierarchies (root "/"), as mounted by the host.
-        if fields.get(3) != Some(&"/") {
-            continue;
-        }
-        if controllers.is_empty() {
-            if *fstype == "cgroup2" {
-                return Some(point.to_string());
-            }
-            continue;
-        }
-        if *fstype != "cgroup" {
-            continue;
-        }
-        let opts: Vec<&str> = opts.split(',').collect();
-        if controllers.split(',').all(|c| opts.contains(&c)) {
-            return Some(point.to_string());
-        }
-    }
-    None
 }
 
 fn pidfd_open(pid: i32) -> Result<OwnedFd, String> {
@@ -137,7 +59,7 @@ fn pipe() -> Result<(std::fs::File, std::fs::File), String> {
 }
 
 /// Everything the child needs, made before the fork.
-pub(super) struct Prepared {
+pub(crate) struct Prepared {
     argv: Vec<CString>,
     env: Vec<String>,
     cwd: String,
@@ -153,11 +75,11 @@ pub(super) struct Prepared {
     /// process has its container's root already.
     root: Option<CString>,
     /// A root to make and pivot into before anything else (a container created natively).
-    rootfs: Option<super::rootfs::Plan>,
+    rootfs: Option<Plan>,
     /// A container created natively waits, ready to exec, until a byte comes on this
     /// descriptor (its start); end of file (its shim gone) ends it instead.
     start_fd: Option<RawFd>,
-    /// The failure pipe of [`start_process`]: closed by a process that waits for its start,
+    /// The failure pipe of [`start`]: closed by a process that waits for its start,
     /// which tells the helper it is ready.
     ready_fd: Option<RawFd>,
     /// A terminal's exec: the pty is made in the child and its master sent here.
@@ -166,7 +88,7 @@ pub(super) struct Prepared {
 
 impl Prepared {
     /// The process becomes rooted at `root` (chroot, as root, before the working directory).
-    pub(super) fn with_root(mut self, root: &Path) -> Result<Prepared, String> {
+    pub(crate) fn with_root(mut self, root: &Path) -> Result<Prepared, String> {
         use std::os::unix::ffi::OsStrExt;
         let root = CString::new(root.as_os_str().as_bytes())
             .map_err(|_| format!("root {} holds a NUL", root.display()))?;
@@ -177,18 +99,49 @@ impl Prepared {
     /// The process gets a terminal, made in its container (whose mount namespace the
     /// helper has joined), its master sent over the connected socket `console` as runc sends
     /// it to a console socket.
-    pub(super) fn with_console(mut self, console: RawFd) -> Prepared {
+    pub(crate) fn with_console(mut self, console: RawFd) -> Prepared {
         self.console = Some(console);
         self
     }
 
     /// The process makes its root by `plan` and waits on `start_fd` before it execs (a
     /// container created natively).
-    pub(super) fn created(mut self, plan: super::rootfs::Plan, start_fd: RawFd) -> Prepared {
+    pub(crate) fn created(mut self, plan: Plan, start_fd: RawFd) -> Prepared {
         self.rootfs = Some(plan);
         self.start_fd = Some(start_fd);
         self
     }
+}
+
+/// What the native paths refuse in any process they start (a pause, a container's init, an
+/// exec): the runtime CLI is left to do it. An exec's terminal is done here (the helper's
+/// child makes the pty in the container and sends its master to the console socket).
+pub fn unsupported(process: &Process, lsm: &Lsm) -> Option<&'static str> {
+    if process.args.is_empty() {
+        return Some("no arguments");
+    }
+    if !process.apparmor_profile.is_empty() && lsm.apparmor {
+        return Some("an AppArmor profile");
+    }
+    if !process.selinux_label.is_empty() && lsm.selinux {
+        return Some("an SELinux label");
+    }
+    if process.scheduler.is_some() || process.io_priority.is_some() {
+        return Some("a scheduler or I/O priority");
+    }
+    if process.exec_cpu_affinity.is_some() {
+        return Some("an exec CPU affinity");
+    }
+    None
+}
+
+/// What a native pause or create refuses in its container's own process: a terminal (the
+/// console of a container's init is the runtime's), and what [`unsupported`] refuses.
+pub fn unsupported_init(process: &Process, lsm: &Lsm) -> Option<&'static str> {
+    if process.terminal {
+        return Some("a terminal (the runtime allocates the pty inside the container)");
+    }
+    unsupported(process, lsm)
 }
 
 fn rlimit_resource(name: &str) -> Result<libc::__rlimit_resource_t, String> {
@@ -213,7 +166,7 @@ fn rlimit_resource(name: &str) -> Result<libc::__rlimit_resource_t, String> {
     })
 }
 
-pub(super) fn prepare(
+pub(crate) fn prepare(
     process: &Process,
     bpf: Option<(Vec<u8>, libc::c_uint)>,
 ) -> Result<Prepared, String> {
@@ -271,26 +224,14 @@ pub(super) fn prepare(
     })
 }
 
-/// The container's seccomp program, compiled (with libseccomp: before any mount
-/// namespace is joined), and its load flags.
-pub(super) fn seccomp_program(config: &Config) -> Result<Option<(Vec<u8>, libc::c_uint)>, String> {
-    match &config.linux.seccomp {
-        Some(profile) => Ok(Some((
-            seccomp::compile(profile)?,
-            seccomp::load_flags(profile)?,
-        ))),
-        None => Ok(None),
-    }
-}
-
 /// Joins the container of `init_pid`: its cgroups, then (with `oom_score_adj` set while this
 /// process may still lower it) every namespace of the init that differs from ours, at once
 /// through its pidfd. The PID and time namespaces apply to the children made after this.
 /// Returns the init's pidfd.
-pub(super) fn join_container(init_pid: i32, oom_score_adj: Option<i32>) -> Result<OwnedFd, String> {
+pub(crate) fn join_container(init_pid: i32, oom_score_adj: Option<i32>) -> Result<OwnedFd, String> {
     let pidfd = pidfd_open(init_pid)?;
-    let flags = namespaces_to_join(init_pid)?;
-    join_cgroups(init_pid)?;
+    let flags = namespaces::to_join(init_pid)?;
+    cgroups::join_those_of(init_pid)?;
     if let Some(adj) = oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
@@ -307,7 +248,7 @@ pub(super) fn join_container(init_pid: i32, oom_score_adj: Option<i32>) -> Resul
 /// `p` on `stdio` and execs it; returns its pid once it has, or why it could not (a process
 /// that could not is left to exit, for the shim to reap). `new_namespaces`: clone flags of
 /// namespaces the process gets anew (a native pause's PID namespace, of which it is init).
-pub(super) fn start_process(
+pub(crate) fn start(
     p: &mut Prepared,
     stdio: [RawFd; 3],
     new_namespaces: libc::c_int,
@@ -373,10 +314,11 @@ fn make_terminal(console: RawFd) -> Result<RawFd, String> {
         return Err(os("exec failed: open /dev/ptmx"));
     }
     let unlock: libc::c_int = 0;
-    // SAFETY: TIOCSPTLCK with a pointer to an int; TIOCGPTPEER with flags.
+    // SAFETY: TIOCSPTLCK with a pointer to a live int.
     if unsafe { libc::ioctl(master, libc::TIOCSPTLCK, &unlock) } < 0 {
         return Err(os("exec failed: unlock the pty"));
     }
+    // SAFETY: TIOCGPTPEER with flags; the slave descriptor is this child's from here on.
     let slave = unsafe { libc::ioctl(master, libc::TIOCGPTPEER, libc::O_RDWR | libc::O_NOCTTY) };
     if slave < 0 {
         return Err(os("exec failed: open the pty's slave"));
@@ -572,8 +514,9 @@ fn set_user(p: &mut Prepared) -> Result<(), String> {
     // stdio owned by the user it now serves (runc's fixStdioPermissions), /dev/null aside.
     let null = std::fs::metadata("/dev/null").ok();
     for fd in 0..3 {
-        // SAFETY: fstat into a zeroed struct.
+        // SAFETY: a plain C struct, for which all zeroes is a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat into that struct.
         if unsafe { libc::fstat(fd, &mut st) } < 0 {
             continue;
         }
@@ -677,28 +620,6 @@ fn exec(p: &Prepared) -> Result<Never, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MOUNTINFO: &str = "\
-30 23 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
-31 30 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate
-32 30 0:28 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd
-33 30 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
-34 30 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
-35 30 0:30 /inner /elsewhere rw - cgroup cgroup rw,memory
-";
-
-    #[test]
-    fn hierarchies_are_found_by_their_controllers() {
-        let m = |c| hierarchy_mount(MOUNTINFO, c);
-        assert_eq!(
-            m("cpu,cpuacct").as_deref(),
-            Some("/sys/fs/cgroup/cpu,cpuacct")
-        );
-        assert_eq!(m("memory").as_deref(), Some("/sys/fs/cgroup/memory"));
-        assert_eq!(m("name=systemd").as_deref(), Some("/sys/fs/cgroup/systemd"));
-        assert_eq!(m("").as_deref(), Some("/sys/fs/cgroup/unified"));
-        assert_eq!(m("pids"), None);
-    }
 
     #[test]
     fn programs_are_found_on_the_processs_own_path() {

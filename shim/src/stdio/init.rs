@@ -5,10 +5,10 @@
 //!   stderr` and copies the streams itself: the process gets the FIFOs, exactly as an exec does
 //!   (or, for a log URI, the file or the logging program's pipes: `log_uri`).
 
-use crate::console::ConsoleSocket;
-use crate::log_uri::{self, LogUri};
-use crate::runtime_cli::ProcessIo;
-use crate::stdio::{self, IoHandle, PreparedExec, PreparedInit};
+use super::console::ConsoleSocket;
+use super::log_uri::{self, LogUri};
+use super::{IoHandle, PreparedExec, PreparedInit};
+use crate::backend::runtime_cli::ProcessIo;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,14 +29,14 @@ pub struct FifoPaths<'a> {
 
 impl PreparedStdio {
     /// The launcher's FIFOs, or a log URI in `stdout` (containerd sends it in both
-    /// `stdout` and `stderr`): see [`crate::log_uri`].
+    /// `stdout` and `stderr`): see [`super::log_uri`].
     pub fn fifos(
         id: &str,
         paths: FifoPaths<'_>,
         console: Option<&Path>,
     ) -> io::Result<PreparedStdio> {
         let Some(uri) = LogUri::parse(paths.stdout) else {
-            return stdio::prepare_exec(paths.stdin, paths.stdout, paths.stderr, console)
+            return super::prepare_exec(paths.stdin, paths.stdout, paths.stderr, console)
                 .map(PreparedStdio::Fifos);
         };
         let uri = uri?;
@@ -46,7 +46,7 @@ impl PreparedStdio {
                 "a terminal's output cannot go to a log URI",
             ));
         }
-        let mut prepared = stdio::prepare_exec(paths.stdin, "", "", None)?;
+        let mut prepared = super::prepare_exec(paths.stdin, "", "", None)?;
         let (stdout, stderr) = log_uri::open(&uri, id)?;
         (prepared.process_io.stdout, prepared.process_io.stderr) = (Some(stdout), Some(stderr));
         Ok(PreparedStdio::Fifos(prepared))

@@ -9,8 +9,17 @@
 //! One difference: runc patches the program so that syscalls newer than the profile's
 //! newest answer ENOSYS; here they meet the default action.
 
-use super::spec::{Seccomp, SyscallArg};
+use crate::spec::{Seccomp, SyscallArg};
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+
+/// The profile, if any, compiled (with libseccomp: before any mount namespace is joined)
+/// and its load flags: what [`load`] takes at the point runc loads it.
+pub fn program(profile: Option<&Seccomp>) -> Result<Option<(Vec<u8>, c_uint)>, String> {
+    match profile {
+        Some(profile) => Ok(Some((compile(profile)?, load_flags(profile)?))),
+        None => Ok(None),
+    }
+}
 
 /// The seccomp(2) flags a profile's `flags` ask for (TSYNC needs nothing here: the process is
 /// single-threaded when it loads the filter).
@@ -90,7 +99,9 @@ type Ctx = *mut c_void;
 // memory a pod) and the loader's work, and a host without libseccomp.so.2 sent seccomp
 // profiles to runc. Its code and syscall tables sit in the program's file pages, touched
 // only by the helpers that compile a profile.
-#[link(name = "seccomp", kind = "static")]
+// Not bundled into this crate's rlib (`-bundle`): the program that links the crate (the
+// shim, this crate's tests) takes the archive from the system's library path.
+#[link(name = "seccomp", kind = "static", modifiers = "-bundle")]
 extern "C" {
     fn seccomp_init(def_action: u32) -> Ctx;
     fn seccomp_release(ctx: Ctx);

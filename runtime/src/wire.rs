@@ -1,4 +1,4 @@
-//! What the shim and a container's resident exec helper ([`super::resident`]) say to each
+//! What the shim and a container's resident exec helper ([`crate::resident`]) say to each
 //! other over their socket pair: a message is a little-endian u32 length and that many bytes
 //! of JSON, and descriptors (an exec's stdin, stdout and stderr) ride on its first byte as
 //! SCM_RIGHTS. One request, then its reply, in turn; the helper speaks first, once, to say it

@@ -1,7 +1,7 @@
 //! The OCI runtime CLI as the shim uses it (runc, crun, youki share these commands), behind a
 //! narrow trait so the Task service can be tested with a fake that fails any call.
 //!
-//! The real implementation is [`crate::runc::Runc`]. Failures are told apart by exit status and
+//! The real implementation is [`super::runc::Runc`]. Failures are told apart by exit status and
 //! by asking the runtime what it knows ([`RuntimeCli::state`]), never by the wording of its
 //! messages, which differs between runtimes and versions.
 
@@ -82,6 +82,17 @@ impl ProcessIo {
         ProcessIo::default()
     }
 
+    /// Copies of the three descriptors (a helper's, when the runtime may need the originals
+    /// after it fails); one that cannot be copied is /dev/null for the helper.
+    pub fn try_clone(&self) -> ProcessIo {
+        let dup = |f: &Option<OwnedFd>| f.as_ref().and_then(|f| f.try_clone().ok());
+        ProcessIo {
+            stdin: dup(&self.stdin),
+            stdout: dup(&self.stdout),
+            stderr: dup(&self.stderr),
+        }
+    }
+
     /// The three as `Stdio` for a command.
     pub fn into_stdio(self) -> [Stdio; 3] {
         let to = |fd: Option<OwnedFd>| fd.map(Stdio::from).unwrap_or_else(Stdio::null);
@@ -124,7 +135,7 @@ pub struct CreateCommand<'a> {
     pub io: ProcessIo,
     /// `run --detach` (created and started in one invocation) instead of `create`.
     pub start: bool,
-    /// Started by the shim itself where it can (a pod's pause: [`crate::native_pause`]).
+    /// Started by the shim itself where it can (a pod's pause: [`super::native`]).
     pub native: bool,
 }
 

@@ -1,12 +1,13 @@
 //! A container's resources (runtime-spec `linux.resources`) written to its cgroup on a
 //! cgroup v1 (or hybrid) host, as runc 1.1's cgroupfs manager writes them at create and at
-//! `runc update` (runc 1.1 never writes `memory.kmem.*`): what lets the shim create and update containers without runc.
+//! `runc update` (runc 1.1 never writes `memory.kmem.*`): what lets the shim create and
+//! update containers without runc.
 //!
 //! Only files of hierarchies the host has are written; a value for a controller the host
 //! lacks is an error naming the file, as runc's would be. What this module does not write
 //! is told by [`unsupported`], before anything is made.
 
-use serde_json::Value;
+use crate::spec::{BlockIo, Cpu, DeviceRule as SpecRule, Memory, Resources};
 use std::path::{Path, PathBuf};
 
 /// runc 1.1's default device rules (libcontainer/specconv `AllowedDevices`), added after the
@@ -26,21 +27,13 @@ pub const DEFAULT_DEVICE_RULES: [&str; 11] = [
     "c 10:200 rwm",
 ];
 
-fn set(v: &Value, key: &str) -> bool {
-    v.get(key).is_some_and(|x| !x.is_null())
-}
-
 /// Why `resources` cannot be written by this module, if so (the runtime then does it).
-pub fn unsupported(resources: &Value) -> Option<&'static str> {
-    let Some(map) = resources.as_object() else {
-        return (!resources.is_null()).then_some("resources that are not an object");
-    };
-    for (key, value) in map {
+pub fn unsupported(resources: &Resources) -> Option<&'static str> {
+    for (key, value) in &resources.others {
         if value.is_null() {
             continue;
         }
         match key.as_str() {
-            "memory" | "cpu" | "pids" | "hugepageLimits" | "blockIO" | "devices" => {}
             "unified" if value.as_object().is_some_and(|m| m.is_empty()) => {}
             "unified" => return Some("unified (cgroup v2) resources"),
             "network" => return Some("network class or priorities"),
@@ -48,12 +41,13 @@ pub fn unsupported(resources: &Value) -> Option<&'static str> {
             _ => return Some("a resource this shim does not know"),
         }
     }
-    if resources.get("cpu").is_some_and(|c| set(c, "idle")) {
+    if resources.cpu.as_ref().is_some_and(|c| c.idle.is_some()) {
         return Some("a CPU idle setting");
     }
     if resources
-        .get("memory")
-        .is_some_and(|m| set(m, "checkBeforeUpdate"))
+        .memory
+        .as_ref()
+        .is_some_and(|m| m.check_before_update.is_some())
     {
         return Some("a memory check before update");
     }
@@ -62,7 +56,7 @@ pub fn unsupported(resources: &Value) -> Option<&'static str> {
 
 /// The directory of cgroup `path` in the v1 hierarchy of `controller` under `root`.
 fn dir(root: &Path, controller: &str, path: &str) -> Option<PathBuf> {
-    crate::cgroup::v1_dir(root, controller, path)
+    peapod_host::cgroup::v1_dir(root, controller, path)
 }
 
 fn write(dir: &Path, file: &str, value: &str) -> Result<(), String> {
@@ -80,24 +74,26 @@ fn need(root: &Path, controller: &str, path: &str, file: &str) -> Result<PathBuf
     })
 }
 
-fn int(v: &Value, key: &str) -> Option<i64> {
-    v.get(key).and_then(Value::as_i64)
-}
-
-/// Writes `resources` to cgroup `path` under `root` (`/sys/fs/cgroup`). `create`: at the
+/// Writes `resources` to cgroup `path` under `root` (`/sys/fs/cgroup`). `at_create`: at the
 /// container's create (device rules are written); an update leaves devices alone, as
 /// `runc update` does.
-pub fn apply_v1(root: &Path, path: &str, resources: &Value, create: bool) -> Result<(), String> {
-    if let Some(m) = resources.get("memory").filter(|m| !m.is_null()) {
+pub fn apply(
+    root: &Path,
+    path: &str,
+    resources: &Resources,
+    at_create: bool,
+) -> Result<(), String> {
+    if let Some(m) = &resources.memory {
         memory(root, path, m)?;
     }
-    if let Some(c) = resources.get("cpu").filter(|c| !c.is_null()) {
+    if let Some(c) = &resources.cpu {
         cpu(root, path, c)?;
     }
     // runc's zero is "not set"; below zero, no limit.
     if let Some(limit) = resources
-        .get("pids")
-        .and_then(|p| int(p, "limit"))
+        .pids
+        .as_ref()
+        .and_then(|p| p.limit)
         .filter(|l| *l != 0)
     {
         let d = need(root, "pids", path, "pids.max")?;
@@ -108,29 +104,17 @@ pub fn apply_v1(root: &Path, path: &str, resources: &Value, create: bool) -> Res
         };
         write(&d, "pids.max", &value)?;
     }
-    if let Some(pages) = resources.get("hugepageLimits").and_then(Value::as_array) {
-        for p in pages {
-            let size = p
-                .get("pageSize")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let limit = p.get("limit").and_then(Value::as_u64).unwrap_or_default();
-            let file = format!("hugetlb.{size}.limit_in_bytes");
-            let d = need(root, "hugetlb", path, &file)?;
-            write(&d, &file, &limit.to_string())?;
-        }
+    for p in &resources.hugepage_limits {
+        let file = format!("hugetlb.{}.limit_in_bytes", p.page_size);
+        let d = need(root, "hugetlb", path, &file)?;
+        write(&d, &file, &p.limit.to_string())?;
     }
-    if let Some(b) = resources.get("blockIO").filter(|b| !b.is_null()) {
+    if let Some(b) = &resources.block_io {
         block_io(root, path, b)?;
     }
-    if create {
+    if at_create {
         if let Some(d) = dir(root, "devices", path) {
-            let rules = resources
-                .get("devices")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let (default_allow, exceptions) = emulate_devices(&rules);
+            let (default_allow, exceptions) = emulate_devices(&resources.devices);
             let (default_file, exception_file) = if default_allow {
                 ("devices.allow", "devices.deny")
             } else {
@@ -155,26 +139,24 @@ struct DeviceRule {
 }
 
 impl DeviceRule {
-    fn parse(rule: &Value) -> (bool, DeviceRule) {
-        let allow = rule.get("allow").and_then(Value::as_bool).unwrap_or(false);
+    fn parse(rule: &SpecRule) -> (bool, DeviceRule) {
         let kind = rule
-            .get("type")
-            .and_then(Value::as_str)
+            .kind
+            .as_deref()
             .and_then(|t| t.chars().next())
             .unwrap_or('a');
-        let num = |key: &str| rule.get(key).and_then(Value::as_i64).filter(|n| *n >= 0);
         let access = rule
-            .get("access")
-            .and_then(Value::as_str)
+            .access
+            .as_deref()
             .filter(|a| !a.is_empty())
             .unwrap_or("rwm");
-        let rule = DeviceRule {
+        let parsed = DeviceRule {
             kind,
-            major: num("major"),
-            minor: num("minor"),
+            major: rule.major.filter(|n| *n >= 0),
+            minor: rule.minor.filter(|n| *n >= 0),
             access: canonical_access(access),
         };
-        (allow, rule)
+        (rule.allow, parsed)
     }
 
     fn parse_line(line: &str) -> DeviceRule {
@@ -217,7 +199,7 @@ fn canonical_access(access: &str) -> String {
 /// The cgroup's device state after the spec's rules and then runc's defaults, as runc's
 /// devices emulator computes it: whether devices are allowed by default, and the exceptions
 /// to that, sorted (the order runc writes them in, and so the kernel's `devices.list`).
-fn emulate_devices(spec_rules: &[Value]) -> (bool, Vec<DeviceRule>) {
+fn emulate_devices(spec_rules: &[SpecRule]) -> (bool, Vec<DeviceRule>) {
     let mut default_allow = true;
     let mut exceptions: Vec<DeviceRule> = Vec::new();
     let defaults = DEFAULT_DEVICE_RULES
@@ -260,10 +242,10 @@ fn emulate_devices(spec_rules: &[Value]) -> (bool, Vec<DeviceRule>) {
 }
 
 /// runc's `setMemoryAndSwap` and the rest of its memory group.
-fn memory(root: &Path, path: &str, m: &Value) -> Result<(), String> {
+fn memory(root: &Path, path: &str, m: &Memory) -> Result<(), String> {
     // runc's zero is "not set".
-    let limit = int(m, "limit").filter(|v| *v != 0);
-    let mut swap = int(m, "swap").filter(|v| *v != 0);
+    let limit = m.limit.filter(|v| *v != 0);
+    let mut swap = m.swap.filter(|v| *v != 0);
     if limit.is_some() || swap.is_some() {
         let d = need(root, "memory", path, "memory.limit_in_bytes")?;
         // An unlimited memory with swap unsaid: swap unlimited too, where the kernel counts it.
@@ -300,19 +282,21 @@ fn memory(root: &Path, path: &str, m: &Value) -> Result<(), String> {
             }
         }
     }
+    // A reservation of zero is "not set"; a swappiness of -1 too (0 is a value).
     let files = [
-        ("reservation", "memory.soft_limit_in_bytes"),
-        ("swappiness", "memory.swappiness"),
+        (
+            m.reservation.filter(|v| *v != 0),
+            "memory.soft_limit_in_bytes",
+        ),
+        (m.swappiness.filter(|v| *v != -1), "memory.swappiness"),
     ];
-    for (key, file) in files {
-        // A reservation of zero is "not set"; a swappiness of -1 too (0 is a value).
-        let not_set = if key == "swappiness" { -1 } else { 0 };
-        if let Some(v) = int(m, key).filter(|v| *v != not_set) {
+    for (value, file) in files {
+        if let Some(v) = value {
             let d = need(root, "memory", path, file)?;
             write(&d, file, &v.to_string())?;
         }
     }
-    if m.get("disableOOMKiller").and_then(Value::as_bool) == Some(true) {
+    if m.disable_oom_killer == Some(true) {
         let d = need(root, "memory", path, "memory.oom_control")?;
         write(&d, "memory.oom_control", "1")?;
     }
@@ -321,16 +305,16 @@ fn memory(root: &Path, path: &str, m: &Value) -> Result<(), String> {
 
 /// runc's cpu and cpuset groups: shares, then period before quota (a quota must fit the
 /// period at each step), realtime period before runtime, then the CPU and memory sets.
-fn cpu(root: &Path, path: &str, c: &Value) -> Result<(), String> {
+fn cpu(root: &Path, path: &str, c: &Cpu) -> Result<(), String> {
     let files = [
-        ("shares", "cpu.shares"),
-        ("period", "cpu.cfs_period_us"),
-        ("quota", "cpu.cfs_quota_us"),
-        ("realtimePeriod", "cpu.rt_period_us"),
-        ("realtimeRuntime", "cpu.rt_runtime_us"),
+        (c.shares, "cpu.shares"),
+        (c.period, "cpu.cfs_period_us"),
+        (c.quota, "cpu.cfs_quota_us"),
+        (c.realtime_period, "cpu.rt_period_us"),
+        (c.realtime_runtime, "cpu.rt_runtime_us"),
     ];
-    for (key, file) in files {
-        match int(c, key) {
+    for (value, file) in files {
+        match value {
             // runc skips zero values: the kernel's default stays.
             Some(v) if v != 0 => {
                 let d = need(root, "cpu", path, file)?;
@@ -339,8 +323,8 @@ fn cpu(root: &Path, path: &str, c: &Value) -> Result<(), String> {
             _ => {}
         }
     }
-    for (key, file) in [("cpus", "cpuset.cpus"), ("mems", "cpuset.mems")] {
-        if let Some(v) = c.get(key).and_then(Value::as_str).filter(|v| !v.is_empty()) {
+    for (value, file) in [(&c.cpus, "cpuset.cpus"), (&c.mems, "cpuset.mems")] {
+        if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
             let d = need(root, "cpuset", path, file)?;
             write(&d, file, v)?;
         }
@@ -349,52 +333,49 @@ fn cpu(root: &Path, path: &str, c: &Value) -> Result<(), String> {
 }
 
 /// runc's blkio group.
-fn block_io(root: &Path, path: &str, b: &Value) -> Result<(), String> {
-    for (key, file) in [
-        ("weight", "blkio.weight"),
-        ("leafWeight", "blkio.leaf_weight"),
+fn block_io(root: &Path, path: &str, b: &BlockIo) -> Result<(), String> {
+    for (value, file) in [
+        (b.weight, "blkio.weight"),
+        (b.leaf_weight, "blkio.leaf_weight"),
     ] {
-        if let Some(v) = int(b, key).filter(|v| *v != 0) {
+        if let Some(v) = value.filter(|v| *v != 0) {
             let d = need(root, "blkio", path, file)?;
             write(&d, file, &v.to_string())?;
         }
     }
-    let device = |e: &Value| -> String {
-        format!(
-            "{}:{}",
-            int(e, "major").unwrap_or_default(),
-            int(e, "minor").unwrap_or_default()
-        )
-    };
-    if let Some(list) = b.get("weightDevice").and_then(Value::as_array) {
-        for e in list {
-            for (key, file) in [
-                ("weight", "blkio.weight_device"),
-                ("leafWeight", "blkio.leaf_weight_device"),
-            ] {
-                if let Some(w) = int(e, key) {
-                    let d = need(root, "blkio", path, file)?;
-                    write(&d, file, &format!("{} {w}", device(e)))?;
-                }
+    for e in &b.weight_device {
+        for (value, file) in [
+            (e.weight, "blkio.weight_device"),
+            (e.leaf_weight, "blkio.leaf_weight_device"),
+        ] {
+            if let Some(w) = value {
+                let d = need(root, "blkio", path, file)?;
+                write(&d, file, &format!("{}:{} {w}", e.major, e.minor))?;
             }
         }
     }
     let throttles = [
-        ("throttleReadBpsDevice", "blkio.throttle.read_bps_device"),
-        ("throttleWriteBpsDevice", "blkio.throttle.write_bps_device"),
-        ("throttleReadIOPSDevice", "blkio.throttle.read_iops_device"),
         (
-            "throttleWriteIOPSDevice",
+            &b.throttle_read_bps_device,
+            "blkio.throttle.read_bps_device",
+        ),
+        (
+            &b.throttle_write_bps_device,
+            "blkio.throttle.write_bps_device",
+        ),
+        (
+            &b.throttle_read_iops_device,
+            "blkio.throttle.read_iops_device",
+        ),
+        (
+            &b.throttle_write_iops_device,
             "blkio.throttle.write_iops_device",
         ),
     ];
-    for (key, file) in throttles {
-        if let Some(list) = b.get(key).and_then(Value::as_array) {
-            for e in list {
-                let rate = e.get("rate").and_then(Value::as_u64).unwrap_or_default();
-                let d = need(root, "blkio", path, file)?;
-                write(&d, file, &format!("{} {rate}", device(e)))?;
-            }
+    for (list, file) in throttles {
+        for e in list {
+            let d = need(root, "blkio", path, file)?;
+            write(&d, file, &format!("{}:{} {}", e.major, e.minor, e.rate))?;
         }
     }
     Ok(())
@@ -402,7 +383,7 @@ fn block_io(root: &Path, path: &str, b: &Value) -> Result<(), String> {
 
 /// Freezes (`runc pause`) or thaws (`runc resume`) cgroup `path`, waiting until the kernel
 /// reports the state reached.
-pub fn freeze_v1(root: &Path, path: &str, frozen: bool) -> Result<(), String> {
+pub fn freeze(root: &Path, path: &str, frozen: bool) -> Result<(), String> {
     let d = need(root, "freezer", path, "freezer.state")?;
     let want = if frozen { "FROZEN" } else { "THAWED" };
     for _ in 0..2000 {
@@ -422,7 +403,12 @@ pub fn freeze_v1(root: &Path, path: &str, frozen: bool) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// Resources as a spec gives them.
+    fn res(v: Value) -> Resources {
+        serde_json::from_value(v).unwrap()
+    }
 
     /// A v1 host under a temporary root: each controller's directory of cgroup `/k/c` with
     /// empty files.
@@ -448,7 +434,7 @@ mod tests {
             "cpu": {"shares": 512, "period": 100000, "quota": 50000, "cpus": "0", "mems": ""},
             "pids": {"limit": -1}
         });
-        apply_v1(root.path(), "/k/c", &r, false).unwrap();
+        apply(root.path(), "/k/c", &res(r), false).unwrap();
         let p = root.path();
         assert_eq!(read(p, "memory", "memory.limit_in_bytes"), "1000000");
         assert_eq!(read(p, "memory", "memory.memsw.limit_in_bytes"), "1000000");
@@ -469,22 +455,22 @@ mod tests {
             {"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rw"}]});
         // The files are plain files here: each write replaces the last, so the test sees the
         // last rule written to each.
-        apply_v1(root.path(), "/k/c", &r, true).unwrap();
+        apply(root.path(), "/k/c", &res(r.clone()), true).unwrap();
         assert_eq!(read(root.path(), "devices", "devices.deny"), "a");
         assert_eq!(read(root.path(), "devices", "devices.allow"), "c 136:* rwm");
         let again = host(&["devices"]);
-        apply_v1(again.path(), "/k/c", &r, false).unwrap();
+        apply(again.path(), "/k/c", &res(r), false).unwrap();
         assert_eq!(read(again.path(), "devices", "devices.deny"), "");
     }
 
     #[test]
     fn device_rules_end_as_runcs_emulator_leaves_them() {
-        let rules = [
-            json!({"allow": false, "access": "rwm"}),
-            json!({"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rw"}),
-            json!({"allow": true, "type": "c", "major": 1, "minor": 3, "access": "r"}),
-        ];
-        let (allow, list) = emulate_devices(&rules);
+        let rules = res(json!({"devices": [
+            {"allow": false, "access": "rwm"},
+            {"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rw"},
+            {"allow": true, "type": "c", "major": 1, "minor": 3, "access": "r"},
+        ]}));
+        let (allow, list) = emulate_devices(&rules.devices);
         assert!(!allow);
         let lines: Vec<String> = list.iter().map(DeviceRule::line).collect();
         assert_eq!(
@@ -505,7 +491,8 @@ mod tests {
             ]
         );
         // Privileged: every device, and nothing after it narrows that.
-        let (allow, list) = emulate_devices(&[json!({"allow": true, "access": "rwm"})]);
+        let all = res(json!({"devices": [{"allow": true, "access": "rwm"}]}));
+        let (allow, list) = emulate_devices(&all.devices);
         assert!(allow);
         assert!(list.is_empty(), "{list:?}");
     }
@@ -513,22 +500,32 @@ mod tests {
     #[test]
     fn a_value_for_a_missing_controller_names_the_file() {
         let root = host(&["memory"]);
-        let e = apply_v1(root.path(), "/k/c", &json!({"pids": {"limit": 5}}), false).unwrap_err();
+        let e = apply(
+            root.path(),
+            "/k/c",
+            &res(json!({"pids": {"limit": 5}})),
+            false,
+        )
+        .unwrap_err();
         assert!(e.contains("pids.max"), "{e}");
         // Nothing set for it: nothing to write.
-        apply_v1(root.path(), "/k/c", &json!({"pids": null}), false).unwrap();
+        apply(root.path(), "/k/c", &res(json!({"pids": null})), false).unwrap();
     }
 
     #[test]
     fn what_is_left_to_the_runtime() {
         assert_eq!(
-            unsupported(&json!({"memory": {"limit": 1}, "unified": {}})),
+            unsupported(&res(json!({"memory": {"limit": 1}, "unified": {}}))),
             None
         );
-        assert!(unsupported(&json!({"unified": {"memory.max": "1"}})).is_some());
-        assert!(unsupported(&json!({"network": {"classID": 1}})).is_some());
-        assert!(unsupported(&json!({"cpu": {"idle": 1}})).is_some());
-        assert!(unsupported(&json!({"whatever": 1})).is_some());
-        assert_eq!(unsupported(&Value::Null), None);
+        assert!(unsupported(&res(json!({"unified": {"memory.max": "1"}}))).is_some());
+        assert!(unsupported(&res(json!({"network": {"classID": 1}}))).is_some());
+        assert!(unsupported(&res(json!({"cpu": {"idle": 1}}))).is_some());
+        assert!(unsupported(&res(json!({"whatever": 1}))).is_some());
+        assert!(unsupported(&res(json!({"memory": {"checkBeforeUpdate": true}}))).is_some());
+        assert_eq!(
+            unsupported(&res(json!({"rdma": null, "unified": null}))),
+            None
+        );
     }
 }

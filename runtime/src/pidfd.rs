@@ -3,6 +3,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+#[derive(Debug)]
 pub struct Pidfd(OwnedFd);
 
 impl Pidfd {

@@ -3,11 +3,11 @@
 //! Every invocation goes through the [`Reaper`] and has a deadline, so a wedged runtime
 //! cannot hang the shim. Errors carry the runtime's own message and exit status.
 
-use crate::reaper::Reaper;
-use crate::runtime_cli::{
+use super::runtime_cli::{
     CreateCommand, ExecCommand, ProcessIo, RuntimeCli, RuntimeCliError, RuntimeStatus,
     COMMAND_TIMEOUT,
 };
+use crate::reaper::Reaper;
 use async_trait::async_trait;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -381,11 +381,11 @@ not json
         state_tells_unknown_from_failed_by_the_list_of_containers(&reaper).await;
         create_passes_its_flags_and_reads_the_pid_file(&reaper).await;
         failures_carry_the_logged_message_and_the_exit_status(&reaper).await;
-        crate::residents::tests::a_helper_that_cannot_start_is_reaped_and_its_words_returned(
+        crate::backend::residents::tests::a_helper_that_cannot_start_is_reaped_and_its_words_returned(
             &reaper,
         )
         .await;
-        crate::native_pause::tests::the_runtime_gets_what_the_helper_cannot_do(&reaper).await;
+        crate::backend::tests::the_runtime_gets_what_the_helper_cannot_do(&reaper).await;
     }
 
     /// A stand-in for runc: a shell script that answers from files in its directory, so the

@@ -1,7 +1,7 @@
-//! The containers' resident exec helpers, from the shim's side ([`crate::nsexec::resident`]
-//! is the helper's): one is started at a container's first native exec and kept while the
-//! container lives, and each later exec is a request over its socket instead of a fresh
-//! helper. A fresh helper spends most of an exec moving itself into the container's cgroups
+//! The containers' resident exec helpers, from the shim's side (`peapod_runtime::resident`
+//! is the helper's): one is started at a container's first native exec and kept, in its
+//! [`ResidentSlot`] beside its backend, while the container lives, and each later exec is a
+//! request over its socket instead of a fresh helper. A fresh helper spends most of an exec moving itself into the container's cgroups
 //! (on a cgroup v1 host the first move waits for an RCU grace period: about 5 of 6 ms); a
 //! process the resident forks is born there.
 //!
@@ -9,17 +9,17 @@
 //! cgroups (its memory and one pid count there, as a running `runc exec` process's do) but
 //! not in its PID namespace (the container's own `ps` does not show it; the runtime's `ps` is
 //! told to leave it out). It goes when the container's init exits, when the container is
-//! deleted ([`Residents::remove`]) and when the shim dies (its socket closes).
+//! deleted ([`ResidentSlot::retire`]) and when the shim dies (its socket closes).
 
-use crate::nsexec::wire::{self, Reply};
-use crate::reaper::Reaper;
-use crate::runtime_cli::{ProcessIo, RuntimeCliError, COMMAND_TIMEOUT};
-use std::collections::HashMap;
+use super::runtime_cli::{ProcessIo, RuntimeCliError, COMMAND_TIMEOUT};
+use super::Helpers;
+use peapod_runtime::helper::Helper;
+use peapod_runtime::wire::{self, Reply};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// How the helper is named in errors (as runc's are named "runc").
@@ -35,16 +35,10 @@ struct Resident {
     exit: oneshot::Receiver<i32>,
 }
 
-/// A container's slot: its helper once there is one, locked for the length of an exec so
-/// that requests to one helper take turns.
-type Slot = Arc<tokio::sync::Mutex<Option<Resident>>>;
-
-pub struct Residents {
-    /// This program, run as `peapod-shim nsexec --resident`.
-    helper: PathBuf,
-    reaper: Arc<Reaper>,
-    slots: Mutex<HashMap<String, Slot>>,
-}
+/// A container's resident helper once it has one, locked for the length of an exec so that
+/// requests to one helper take turns.
+#[derive(Default)]
+pub struct ResidentSlot(Arc<tokio::sync::Mutex<Option<Resident>>>);
 
 /// What a request needs besides its stdio.
 pub struct ExecRequest<'a> {
@@ -57,25 +51,12 @@ pub struct ExecRequest<'a> {
     pub console_socket: Option<&'a Path>,
 }
 
-impl Residents {
-    pub fn new(helper: PathBuf, reaper: Arc<Reaper>) -> Residents {
-        Residents {
-            helper,
-            reaper,
-            slots: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn slot(&self, id: &str) -> Slot {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.entry(id.to_string()).or_default().clone()
-    }
-
-    /// Starts an exec through container `id`'s helper (started first if it has none, or
-    /// again if the one it had is gone); returns the process's pid.
+impl ResidentSlot {
+    /// Starts an exec through the container's helper (started first if it has none, or again
+    /// if the one it had is gone); returns the process's pid.
     pub async fn exec(
         &self,
-        id: &str,
+        helpers: &Helpers,
         req: ExecRequest<'_>,
         io: ProcessIo,
     ) -> Result<u32, RuntimeCliError> {
@@ -84,10 +65,9 @@ impl Residents {
             let console = std::os::unix::net::UnixStream::connect(path).map_err(spawn_error)?;
             stdio.push(OwnedFd::from(console));
         }
-        let slot = self.slot(id);
+        let slot = self.0.clone();
         let starter = Starter {
-            helper: self.helper.clone(),
-            reaper: self.reaper.clone(),
+            helpers: helpers.clone(),
             bundle: req.bundle.to_path_buf(),
             init_pid: req.init_pid,
         };
@@ -102,35 +82,22 @@ impl Residents {
         .map_err(|e| spawn_error(std::io::Error::other(e)))?
     }
 
-    /// The helper's pid for container `id`, if it has one (the runtime's `ps` lists it).
-    pub fn pid(&self, id: &str) -> Option<u32> {
-        let slot = self
-            .slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .cloned()?;
-        let resident = slot.try_lock().ok()?;
+    /// The helper's pid, if the container has one (the runtime's `ps` lists it); `None` too
+    /// while an exec holds the slot.
+    pub fn pid(&self) -> Option<u32> {
+        let resident = self.0.try_lock().ok()?;
         resident.as_ref().map(|r| r.pid)
     }
 
-    /// Ends container `id`'s helper, waiting for it to be gone (its cgroups can go then).
-    pub async fn remove(&self, id: &str) {
-        let slot = self
-            .slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
-        if let Some(slot) = slot {
-            retire(slot.lock().await.take()).await;
-        }
+    /// Ends the container's helper, waiting for it to be gone (its cgroups can go then).
+    pub async fn retire(&self) {
+        retire(self.0.lock().await.take()).await;
     }
 }
 
 /// What starting a container's helper takes.
 struct Starter {
-    helper: PathBuf,
-    reaper: Arc<Reaper>,
+    helpers: Helpers,
     bundle: PathBuf,
     init_pid: u32,
 }
@@ -142,14 +109,15 @@ impl Starter {
         ours.set_read_timeout(Some(COMMAND_TIMEOUT))
             .and_then(|_| ours.set_write_timeout(Some(COMMAND_TIMEOUT)))
             .map_err(spawn_error)?;
-        let mut cmd = Command::new(&self.helper);
-        cmd.args(["nsexec", "--resident", "--bundle"])
-            .arg(bundle)
-            .args(["--init-pid", &init_pid.to_string()])
-            .stdin(Stdio::from(OwnedFd::from(theirs)))
+        let mut cmd = Helper::Resident {
+            bundle: bundle.clone(),
+            init_pid: init_pid as i32,
+        }
+        .command(&self.helpers.program);
+        cmd.stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let (pid, exit) = self.reaper.spawn(&mut cmd).map_err(spawn_error)?;
+        let (pid, exit) = self.helpers.reaper.spawn(&mut cmd).map_err(spawn_error)?;
         drop(cmd);
         let mut resident = Resident {
             init_pid,
@@ -305,25 +273,28 @@ pub(crate) mod tests {
     /// is reaped and forgotten, not kept for the next exec. (Called by the shim's one test
     /// that owns a reaper: two reapers in one process would take each other's exits.)
     pub(crate) async fn a_helper_that_cannot_start_is_reaped_and_its_words_returned(
-        reaper: &Arc<Reaper>,
+        reaper: &Arc<crate::reaper::Reaper>,
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let helper = scripted_helper(dir.path(), r#"{"failed":{"message":"init 42 is gone"}}"#);
-        let residents = Residents::new(helper, reaper.clone());
+        let program = scripted_helper(dir.path(), r#"{"failed":{"message":"init 42 is gone"}}"#);
+        let helpers = Helpers {
+            program,
+            reaper: reaper.clone(),
+        };
+        let slot = ResidentSlot::default();
         let req = ExecRequest {
             bundle: dir.path(),
             init_pid: 42,
             process: b"{}",
             console_socket: None,
         };
-        let err = residents
-            .exec("c1", req, ProcessIo::null())
+        let err = slot
+            .exec(&helpers, req, ProcessIo::null())
             .await
             .unwrap_err();
         assert!(err.to_string().ends_with("exec: init 42 is gone"), "{err}");
-        assert_eq!(residents.pid("c1"), None, "a failed helper is not kept");
-        let slot = residents.slot("c1");
-        assert!(slot.lock().await.is_none());
+        assert_eq!(slot.pid(), None, "a failed helper is not kept");
+        assert!(slot.0.lock().await.is_none());
         // Reaped by the time the exec answered: no zombie left behind.
         let pid = std::fs::read_to_string(dir.path().join("pid")).unwrap();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

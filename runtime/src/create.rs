@@ -5,11 +5,11 @@
 //! In this helper (single-threaded): the spec checked ([`unsupported`]), the seccomp program
 //! compiled (with libseccomp, before any namespace changes), oom_score_adj; the
 //! container's cgroup made in every hierarchy and joined, with the spec's resources and
-//! device rules (`peapod_host::cgroup_limits`); the namespaces given by path joined (the
+//! device rules ([`crate::cgroups`]); the namespaces given by path joined (the
 //! pod's) and the others unshared, `/` made a slave (runc's default) or given the spec's
 //! root propagation; the hostname and sysctls. Then the init is cloned as the shim's child
 //! (`CLONE_PARENT`, in a new PID namespace when asked): it makes its root and pivots
-//! ([`super::rootfs`]), becomes the process as an exec's process does ([`super::enter`]),
+//! ([`crate::rootfs`]), becomes the process as an exec's process does ([`crate::process`]),
 //! finds its program, and tells the helper it is ready; the helper writes the init's pid and
 //! leaves. The init waits for a byte on the start descriptor (the shim's start) and execs.
 //!
@@ -18,87 +18,17 @@
 //!     (fd 3: the start pipe's read end; fd 4: the container's stderr; errors on stderr)
 //! ```
 
-use super::enter;
-use super::pause::{self, Namespace};
-use super::rootfs::{self, SpecDevice, SpecMount};
-use super::seccomp;
-use super::spec::{self, Lsm, Process, Seccomp};
-use serde::Deserialize;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use crate::cgroups::{self, Cgroups};
+use crate::host::Host;
+use crate::rootfs::Plan;
+use crate::spec::{self, Namespace, Spec};
+use crate::{namespaces, process, seccomp, started};
+use std::path::Path;
 
 /// The start pipe's read end, as the shim hands it to the helper.
 pub const START_FD: i32 = 3;
 /// The container's stderr (the helper's own stderr is the shim's log of it).
 pub const STDERR_FD: i32 = 4;
-
-/// The parts of a container's `config.json` this module reads; [`unsupported`] refuses a
-/// spec that asks for what it does not do.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerSpec {
-    pub root: Option<Root>,
-    pub hostname: Option<String>,
-    pub domainname: Option<String>,
-    pub process: Option<Process>,
-    #[serde(default)]
-    pub mounts: Vec<SpecMount>,
-    pub hooks: Option<serde_json::Value>,
-    #[serde(default)]
-    pub linux: ContainerLinux,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct Root {
-    pub path: PathBuf,
-    #[serde(default)]
-    pub readonly: bool,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerLinux {
-    #[serde(default)]
-    pub namespaces: Vec<Namespace>,
-    #[serde(default)]
-    pub sysctl: HashMap<String, String>,
-    #[serde(default)]
-    pub cgroups_path: String,
-    pub resources: Option<serde_json::Value>,
-    #[serde(default)]
-    pub devices: Vec<SpecDevice>,
-    #[serde(default)]
-    pub masked_paths: Vec<String>,
-    #[serde(default)]
-    pub readonly_paths: Vec<String>,
-    #[serde(default)]
-    pub rootfs_propagation: String,
-    #[serde(default)]
-    pub mount_label: String,
-    pub seccomp: Option<Seccomp>,
-    pub uid_mappings: Option<serde_json::Value>,
-    pub gid_mappings: Option<serde_json::Value>,
-    pub personality: Option<serde_json::Value>,
-    pub intel_rdt: Option<serde_json::Value>,
-    pub time_offsets: Option<serde_json::Value>,
-}
-
-/// What this host allows the helper to do.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Host {
-    pub lsm: Lsm,
-    /// cgroup v2 only: the helper makes v1 (and hybrid) cgroups and their mounts alone.
-    pub unified: bool,
-}
-
-impl Host {
-    pub fn detect() -> Host {
-        Host {
-            lsm: Lsm::of_host(),
-            unified: peapod_host::cgroup::is_unified(Path::new(peapod_host::cgroup::DEFAULT_ROOT)),
-        }
-    }
-}
 
 /// The propagation of `/` in the container's mount namespace (runc's default: a slave).
 fn root_propagation(spec: &str) -> Option<libc::c_ulong> {
@@ -112,11 +42,11 @@ fn root_propagation(spec: &str) -> Option<libc::c_ulong> {
 }
 
 /// Why this container is left to the runtime, if it is.
-pub fn unsupported(spec: &ContainerSpec, host: &Host) -> Option<String> {
+pub fn unsupported(spec: &Spec, host: &Host) -> Option<String> {
     let Some(process) = &spec.process else {
         return Some("no process".into());
     };
-    if let Some(why) = spec::unsupported_process(process, &host.lsm) {
+    if let Some(why) = process::unsupported_init(process, &host.lsm) {
         return Some(why.into());
     }
     if process.user.umask.is_some() {
@@ -125,10 +55,11 @@ pub fn unsupported(spec: &ContainerSpec, host: &Host) -> Option<String> {
     if spec.root.is_none() {
         return Some("no root".into());
     }
-    if host.unified {
+    // v2: next (the container's resources, its freezer and its `cgroup2` mount).
+    if let Cgroups::V2 { .. } = host.cgroups {
         return Some("a cgroup v2 host".into());
     }
-    if spec.hooks.as_ref().is_some_and(|h| !h.is_null()) {
+    if spec.hooks.is_some() {
         return Some("hooks".into());
     }
     if spec.domainname.as_deref().is_some_and(|d| !d.is_empty()) {
@@ -144,19 +75,13 @@ pub fn unsupported(spec: &ContainerSpec, host: &Host) -> Option<String> {
     if !linux.mount_label.is_empty() && host.lsm.selinux {
         return Some("an SELinux mount label".into());
     }
-    if let Some(s) = &linux.seccomp {
-        let notify = !s.listener_path.is_empty()
-            || s.default_action == "SCMP_ACT_NOTIFY"
-            || s.syscalls.iter().any(|c| c.action == "SCMP_ACT_NOTIFY");
-        if notify {
-            return Some("a seccomp notify listener".into());
-        }
+    if linux.seccomp.as_ref().is_some_and(|s| s.notifies()) {
+        return Some("a seccomp notify listener".into());
     }
     if root_propagation(&linux.rootfs_propagation).is_none() {
         return Some(format!("root propagation {:?}", linux.rootfs_propagation));
     }
-    // `slice:prefix:name`: the systemd driver, whose scopes only systemd makes.
-    if linux.cgroups_path.is_empty() || linux.cgroups_path.contains(':') {
+    if !cgroups::is_cgroupfs_path(&linux.cgroups_path) {
         return Some("a cgroup that is not a cgroupfs path".into());
     }
     for ns in &linux.namespaces {
@@ -175,11 +100,7 @@ pub fn unsupported(spec: &ContainerSpec, host: &Host) -> Option<String> {
     {
         return Some("no mount namespace of its own".into());
     }
-    if let Some(why) = linux
-        .resources
-        .as_ref()
-        .and_then(peapod_host::cgroup_limits::unsupported)
-    {
+    if let Some(why) = host.cgroups.unsupported(linux.resources.as_ref()) {
         return Some(why.into());
     }
     if let Err(why) = plan(spec, Path::new("/")) {
@@ -188,12 +109,12 @@ pub fn unsupported(spec: &ContainerSpec, host: &Host) -> Option<String> {
     None
 }
 
-fn plan(spec: &ContainerSpec, bundle: &Path) -> Result<rootfs::Plan, String> {
+fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, String> {
     let root = spec.root.as_ref().ok_or("no root")?;
     let linux = &spec.linux;
     let propagation =
         root_propagation(&linux.rootfs_propagation).ok_or("an unknown root propagation")?;
-    rootfs::Plan::new(
+    Plan::new(
         bundle.join(&root.path),
         propagation,
         &spec.mounts,
@@ -207,35 +128,32 @@ fn plan(spec: &ContainerSpec, bundle: &Path) -> Result<rootfs::Plan, String> {
 
 /// The helper's entry point; returns its exit status.
 pub fn main(bundle: &Path, pid_file: &Path) -> i32 {
-    pause::report(create(bundle), pid_file)
+    started::report(create(bundle), pid_file)
 }
 
 fn create(bundle: &Path) -> Result<i32, String> {
-    let spec: ContainerSpec = spec::read(&bundle.join("config.json"))?;
-    if let Some(why) = unsupported(&spec, &Host::detect()) {
+    let spec = spec::of_bundle(bundle)?;
+    let host = Host::detect();
+    if let Some(why) = unsupported(&spec, &host) {
         return Err(format!("a native create cannot do {why}"));
     }
     let Some(process) = &spec.process else {
         return Err("no process".into());
     };
     let linux = &spec.linux;
-    let bpf = match &linux.seccomp {
-        Some(profile) => Some((seccomp::compile(profile)?, seccomp::load_flags(profile)?)),
-        None => None,
-    };
+    let bpf = seccomp::program(linux.seccomp.as_ref())?;
     // Made before anything changes, so that every failure below is this process's alone.
     let plan = plan(&spec, bundle)?;
-    let mut prepared = enter::prepare(process, bpf)?.created(plan, START_FD);
+    let mut prepared = process::prepare(process, bpf)?.created(plan, START_FD);
     if let Some(adj) = process.oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
     }
-    let cgroup_root = Path::new(peapod_host::cgroup::DEFAULT_ROOT);
-    peapod_host::cgroup::create_and_join(cgroup_root, &linux.cgroups_path, std::process::id())
+    host.cgroups
+        .create_and_join(&linux.cgroups_path, std::process::id())
         .map_err(|e| format!("join the cgroup {}: {e}", linux.cgroups_path))?;
-    let no_resources = serde_json::Value::Null;
-    peapod_host::cgroup_limits::apply_v1(
-        cgroup_root,
+    let no_resources = spec::Resources::default();
+    host.cgroups.apply(
         &linux.cgroups_path,
         linux.resources.as_ref().unwrap_or(&no_resources),
         true,
@@ -247,15 +165,12 @@ fn create(bundle: &Path) -> Result<i32, String> {
         .namespaces
         .iter()
         .filter(|n| n.kind != "mount")
-        .map(|n| Namespace {
-            kind: n.kind.clone(),
-            path: n.path.clone(),
-        })
+        .cloned()
         .collect();
-    let new_pid_ns = pause::enter_namespaces(&others, 0)?;
-    pause::set_hostname_and_sysctls(spec.hostname.as_deref(), &linux.sysctl)?;
+    let new_pid_ns = namespaces::enter(&others, 0)?;
+    namespaces::set_hostname_and_sysctls(spec.hostname.as_deref(), &linux.sysctl)?;
     let flags = libc::CLONE_NEWNS | if new_pid_ns { libc::CLONE_NEWPID } else { 0 };
-    enter::start_process(&mut prepared, [0, 1, STDERR_FD], flags)
+    process::start(&mut prepared, [0, 1, STDERR_FD], flags)
 }
 
 #[cfg(test)]
@@ -283,14 +198,16 @@ mod tests {
             "maskedPaths": ["/proc/kcore"], "readonlyPaths": ["/proc/sys"]}
     }"#;
 
-    fn spec(json: &str) -> ContainerSpec {
+    fn spec(json: &str) -> Spec {
         serde_json::from_str(json).unwrap()
     }
 
     fn v1() -> Host {
         Host {
-            lsm: Lsm::default(),
-            unified: false,
+            lsm: Default::default(),
+            cgroups: Cgroups::V1 {
+                root: "/sys/fs/cgroup".into(),
+            },
         }
     }
 
@@ -306,7 +223,9 @@ mod tests {
             unsupported(&spec(&APP.replace(from, to)), &v1())
         };
         let v2 = Host {
-            unified: true,
+            cgroups: Cgroups::V2 {
+                root: "/sys/fs/cgroup".into(),
+            },
             ..v1()
         };
         assert!(unsupported(&spec(APP), &v2).unwrap().contains("v2"));

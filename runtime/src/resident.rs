@@ -11,13 +11,15 @@
 //! The helper leaves when the container's init exits (its pidfd becomes readable) or when the
 //! shim closes the socket (the container is deleted, or the shim is gone).
 //!
-//! Its stdin is the socket ([`super::wire`]): it says `ready` (or why not) once, then answers
+//! Its stdin is the socket ([`crate::wire`]): it says `ready` (or why not) once, then answers
 //! each request (a runtime-spec Process as JSON, with three descriptors for the process's
 //! stdin, stdout and stderr) with the process's pid or why it did not start.
 
-use super::enter;
-use super::spec::{self, Config, Lsm, Process};
-use super::wire::{self, Reply};
+use crate::host::Lsm;
+use crate::process;
+use crate::seccomp;
+use crate::spec::{self, Process, Spec};
+use crate::wire::{self, Reply};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -45,8 +47,27 @@ fn answer(sock: &mut UnixStream, reply: &Reply) -> std::io::Result<()> {
     wire::send(sock, &bytes, &[])
 }
 
+/// Why an exec in this container is left to the OCI runtime, if it is: what the native path
+/// does not do, in the exec's process ([`process::unsupported`]) or in the container's spec
+/// ([`unsupported_container`]). The shim asks before it sends an exec; the helper again.
+pub fn unsupported(process: &Process, spec: &Spec, lsm: &Lsm) -> Option<&'static str> {
+    process::unsupported(process, lsm).or_else(|| unsupported_container(spec))
+}
+
+/// What [`unsupported`] finds in the container's spec: the same for every exec in it.
+pub fn unsupported_container(spec: &Spec) -> Option<&'static str> {
+    if spec.linux.personality.is_some() {
+        return Some("a personality");
+    }
+    if spec.linux.seccomp.as_ref().is_some_and(|s| s.notifies()) {
+        return Some("a seccomp notify listener");
+    }
+    None
+}
+
 struct Resident {
-    config: Config,
+    /// What the container's spec refuses for every exec ([`unsupported_container`]).
+    refused: Option<&'static str>,
     lsm: Lsm,
     bpf: Option<(Vec<u8>, libc::c_uint)>,
     /// The container's init: readable once it has exited.
@@ -58,17 +79,17 @@ struct Resident {
 
 impl Resident {
     fn enter(bundle: &Path, init_pid: i32) -> Result<Resident, String> {
-        let config: Config = spec::read(&bundle.join("config.json"))?;
+        let spec = spec::of_bundle(bundle)?;
         let lsm = Lsm::of_host();
-        let bpf = enter::seccomp_program(&config)?;
+        let bpf = seccomp::program(spec.linux.seccomp.as_ref())?;
         let oom_file = std::fs::OpenOptions::new()
             .write(true)
             .open("/proc/self/oom_score_adj")
             .map_err(|e| format!("open /proc/self/oom_score_adj: {e}"))?;
-        let oom_score_adj = config.process.as_ref().and_then(|p| p.oom_score_adj);
-        let init = enter::join_container(init_pid, oom_score_adj)?;
+        let oom_score_adj = spec.process.as_ref().and_then(|p| p.oom_score_adj);
+        let init = process::join_container(init_pid, oom_score_adj)?;
         Ok(Resident {
-            config,
+            refused: unsupported_container(&spec),
             lsm,
             bpf,
             init,
@@ -123,7 +144,8 @@ impl Resident {
     fn exec(&mut self, request: &[u8], stdio: Vec<OwnedFd>) -> Result<i32, String> {
         let process: Process = serde_json::from_slice(request)
             .map_err(|e| format!("parse the exec's process: {e}"))?;
-        if let Some(why) = spec::unsupported(&process, &self.config, &self.lsm) {
+        let why = process::unsupported(&process, &self.lsm).or(self.refused);
+        if let Some(why) = why {
             return Err(format!("native exec cannot do {why}"));
         }
         let mut stdio = stdio;
@@ -151,11 +173,60 @@ impl Resident {
                 self.oom_score_adj = Some(adj);
             }
         }
-        let mut prepared = enter::prepare(&process, self.bpf.clone())?;
+        let mut prepared = process::prepare(&process, self.bpf.clone())?;
         if let Some(console) = &console {
             prepared = prepared.with_console(console.as_raw_fd());
         }
         let fds = [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()];
-        enter::start_process(&mut prepared, fds, 0)
+        process::start(&mut prepared, fds, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(json: &str) -> Process {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn what_the_native_exec_leaves_to_the_runtime() {
+        let none = Lsm::default();
+        let cfg = Spec::default();
+        let plain = process(r#"{"args":["true"],"user":{"uid":0,"gid":0}}"#);
+        assert_eq!(unsupported(&plain, &cfg, &none), None);
+        let tty = process(r#"{"args":["sh"],"terminal":true}"#);
+        assert_eq!(
+            unsupported(&tty, &cfg, &none),
+            None,
+            "an exec's terminal is native"
+        );
+        assert!(process::unsupported_init(&tty, &none)
+            .unwrap()
+            .contains("terminal"));
+        let aa = process(r#"{"args":["true"],"apparmorProfile":"x"}"#);
+        assert_eq!(unsupported(&aa, &cfg, &none), None, "not enforced here");
+        let enforced = Lsm {
+            apparmor: true,
+            selinux: false,
+        };
+        assert!(unsupported(&aa, &cfg, &enforced)
+            .unwrap()
+            .contains("AppArmor"));
+        let notify: Spec = serde_json::from_str(
+            r#"{"linux":{"seccomp":{"defaultAction":"SCMP_ACT_ALLOW",
+                "syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_NOTIFY"}]}}}"#,
+        )
+        .unwrap();
+        assert!(unsupported(&plain, &notify, &none)
+            .unwrap()
+            .contains("notify"));
+        let pinned = process(r#"{"args":["true"],"execCPUAffinity":{"initial":"0"}}"#);
+        assert!(unsupported(&pinned, &cfg, &none)
+            .unwrap()
+            .contains("affinity"));
+        let empty = process(r#"{"args":[]}"#);
+        assert!(unsupported(&empty, &cfg, &none).is_some());
     }
 }
