@@ -17,7 +17,7 @@ mod serve;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use peapod_daemon::config::DEFAULT_TOML;
+use peapod_daemon::config::default_toml;
 use serve::ServeArgs;
 use std::path::PathBuf;
 
@@ -122,7 +122,7 @@ fn main() -> anyhow::Result<()> {
         Command::Config {
             command: ConfigCommand::Default,
         } => {
-            print!("{DEFAULT_TOML}");
+            print!("{}", default_toml());
             Ok(())
         }
         Command::Config {

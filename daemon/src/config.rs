@@ -1,5 +1,6 @@
 //! The daemon's configuration: one TOML file (default /etc/peapod/config.toml), every key
-//! optional, command-line flags override it. `peapod config default` prints [`DEFAULT_TOML`].
+//! optional, command-line flags override it. `peapod config default` prints [`default_toml`]:
+//! [`DEFAULT_TOML`] with this host's cgroup driver.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -7,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/peapod/config.toml";
 
-/// The full default configuration, with a comment per key. A unit test keeps it equal to
-/// `Config::default()`.
+/// The full default configuration, with a comment per key, for a host without systemd
+/// ([`default_toml`] gives this host's). A unit test keeps it equal to `Config::default()`
+/// there.
 pub const DEFAULT_TOML: &str = r#"# peapod configuration. Every key is optional; command-line flags override this file.
 
 # Persistent state: records of pods and containers, images, unpacked layers.
@@ -49,7 +51,10 @@ create = "native"
 [runtime.handlers]
 
 [cgroup]
-# "cgroupfs" (cgroupsPath <parent>/<id>) or "systemd" (slice:prefix:name).
+# "cgroupfs" (cgroupsPath <parent>/<id>) or "systemd" (slice:prefix:name: each container a
+# scope unit in its pod's slice, made by systemd). The default is "systemd" where systemd is
+# the init system (as CRI-O's; kubeadm configures the kubelet so), else "cgroupfs". The
+# kubelet learns it from RuntimeConfig.
 driver = "cgroupfs"
 # Parent cgroup for pods whose config names none.
 default_parent = "/peapod"
@@ -424,10 +429,30 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// The configuration text of [`DEFAULT_TOML`] with this host's default cgroup driver.
+pub fn default_toml() -> String {
+    DEFAULT_TOML.replacen(
+        "\ndriver = \"cgroupfs\"\n",
+        &format!("\ndriver = \"{}\"\n", CgroupDriver::host_default().as_str()),
+        1,
+    )
+}
+
+impl CgroupDriver {
+    /// systemd where it is the init system (it owns the cgroup tree there), else cgroupfs.
+    pub fn host_default() -> CgroupDriver {
+        if peapod_host::systemd::booted() {
+            CgroupDriver::Systemd
+        } else {
+            CgroupDriver::Cgroupfs
+        }
+    }
+}
+
 impl Default for CgroupConfig {
     fn default() -> Self {
         CgroupConfig {
-            driver: CgroupDriver::Cgroupfs,
+            driver: CgroupDriver::host_default(),
             default_parent: "/peapod".into(),
         }
     }
@@ -711,7 +736,11 @@ mod tests {
 
     #[test]
     fn default_toml_is_the_default_config() {
-        assert_eq!(Config::parse(DEFAULT_TOML).unwrap(), Config::default());
+        assert_eq!(Config::parse(&default_toml()).unwrap(), Config::default());
+        assert!(default_toml().contains(&format!(
+            "\ndriver = \"{}\"\n",
+            CgroupDriver::host_default().as_str()
+        )));
     }
 
     #[test]
@@ -736,7 +765,10 @@ mod tests {
             "[pods]\nnode_name = \"n1\"\nallocatable_cpu = \"1500m\"\nallocatable_memory = \"2Gi\"\nrestart_backoff_base_seconds = 1\n[pods.node_labels]\ndisk = \"ssd\"\n",
         )
         .unwrap();
-        let s = c.pods.settings(Path::new("/r"), CgroupDriver::Cgroupfs).unwrap();
+        let s = c
+            .pods
+            .settings(Path::new("/r"), CgroupDriver::Cgroupfs)
+            .unwrap();
         assert_eq!(s.node_name, "n1");
         assert_eq!(s.allocatable.cpu_milli, 1500);
         assert_eq!(s.allocatable.memory, 2 << 30);

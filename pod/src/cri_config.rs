@@ -193,6 +193,17 @@ fn security(c: &Container, spec: &PodSpec) -> cri::LinuxContainerSecurityContext
     let psc = spec.security_context.clone().unwrap_or_default();
     let sc: SecurityContext = c.security_context.clone().unwrap_or_default();
     let caps = sc.capabilities.clone().unwrap_or_default();
+    // The kubelet sends its masked and read-only /proc paths, or none for procMount:
+    // Unmasked (which the runtime reads as "mask nothing").
+    let (masked_paths, readonly_paths) = if sc.proc_mount.as_deref() == Some("Unmasked") {
+        (Vec::new(), Vec::new())
+    } else {
+        let owned = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        (
+            owned(peapod_spec::DEFAULT_MASKED_PATHS),
+            owned(peapod_spec::DEFAULT_READONLY_PATHS),
+        )
+    };
     cri::LinuxContainerSecurityContext {
         capabilities: Some(cri::Capability {
             add_capabilities: caps.add.clone().unwrap_or_default(),
@@ -212,6 +223,8 @@ fn security(c: &Container, spec: &PodSpec) -> cri::LinuxContainerSecurityContext
         readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
         supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
         no_new_privs: sc.allow_privilege_escalation == Some(false),
+        masked_paths,
+        readonly_paths,
         ..Default::default()
     }
 }
@@ -451,6 +464,31 @@ mod tests {
         assert_eq!(res.memory_limit_in_bytes, 0);
         // Burstable: 1000 - 1000*1e9/4e9 = 750.
         assert_eq!(res.oom_score_adj, 750);
+    }
+
+    #[test]
+    fn proc_paths_are_the_kubelets_unless_unmasked() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [
+                {"name": "a", "image": "i"},
+                {"name": "b", "image": "i", "securityContext": {"procMount": "Unmasked"}},
+            ]},
+        }))
+        .unwrap();
+        let spec = p.spec.unwrap();
+        let default = security(&spec.containers[0], &spec);
+        assert_eq!(
+            default.masked_paths.len(),
+            peapod_spec::DEFAULT_MASKED_PATHS.len()
+        );
+        assert!(default.masked_paths.contains(&"/proc/kcore".to_string()));
+        assert_eq!(
+            default.readonly_paths.len(),
+            peapod_spec::DEFAULT_READONLY_PATHS.len()
+        );
+        let unmasked = security(&spec.containers[1], &spec);
+        assert!(unmasked.masked_paths.is_empty() && unmasked.readonly_paths.is_empty());
     }
 
     #[test]

@@ -64,8 +64,10 @@
 //!
 //! ## Choices where the CRI is silent or cannot say
 //!
-//! * Masked and read-only paths: an empty CRI list means the defaults
-//!   ([`DEFAULT_MASKED_PATHS`], [`DEFAULT_READONLY_PATHS`]); see `masked_and_readonly`.
+//! * Masked and read-only paths: the CRI's lists as given, an empty one meaning none (the
+//!   kubelet's `procMount: Unmasked`; it sends [`DEFAULT_MASKED_PATHS`] and
+//!   [`DEFAULT_READONLY_PATHS`] otherwise), as containerd and CRI-O read them; see
+//!   `masked_and_readonly`.
 //! * No seccomp profile asked for (neither `seccomp` nor `seccomp_profile_path`) means
 //!   unconfined, as the CRI documents; no AppArmor profile asked for means RuntimeDefault.
 //! * Config annotations are copied except `io.kubernetes.cri.*` (ours), `run.oci.*` and

@@ -30,30 +30,22 @@ pub const DEFAULT_READONLY_PATHS: &[&str] = &[
     "/proc/sysrq-trigger",
 ];
 
-/// `(maskedPaths, readonlyPaths)`: none when privileged; otherwise the config's lists, each
-/// falling back to the default list when empty.
+/// `(maskedPaths, readonlyPaths)`: none when privileged; otherwise the config's lists as
+/// given, an empty one meaning none.
 ///
-/// The kubelet always sends both lists (its defaults, the same as ours) except for
-/// `procMount: Unmasked`, where it sends two empty lists meaning "none"; proto3 cannot tell
-/// those from "not set" (what crictl and critest send), and an Unmasked /proc is only
-/// allowed in user-namespaced pods, which peapod does not run. So empty means the defaults.
+/// The kubelet always sends both lists: its defaults (the same as [`DEFAULT_MASKED_PATHS`]
+/// and [`DEFAULT_READONLY_PATHS`]), or two empty lists for `procMount: Unmasked` (an
+/// unmasked /proc, for a user-namespaced pod that runs containers itself). proto3 cannot tell
+/// an empty list from one not sent (crictl, critest), so "empty" must mean "none" for
+/// Unmasked to work: containerd and CRI-O read it so, and so does peapod (its own `apply`
+/// sends the kubelet's lists).
 pub(crate) fn masked_and_readonly(
     sc: &LinuxContainerSecurityContext,
 ) -> Option<(Vec<String>, Vec<String>)> {
     if sc.privileged {
         return None;
     }
-    let pick = |given: &[String], default: &[&str]| -> Vec<String> {
-        if given.is_empty() {
-            default.iter().map(|s| s.to_string()).collect()
-        } else {
-            given.to_vec()
-        }
-    };
-    Some((
-        pick(&sc.masked_paths, DEFAULT_MASKED_PATHS),
-        pick(&sc.readonly_paths, DEFAULT_READONLY_PATHS),
-    ))
+    Some((sc.masked_paths.clone(), sc.readonly_paths.clone()))
 }
 
 const APPARMOR_FIELD: &str = "config.linux.security_context.apparmor";
@@ -343,12 +335,14 @@ mod tests {
     fn masked_paths() {
         let mut sc = LinuxContainerSecurityContext::default();
         let (m, r) = masked_and_readonly(&sc).unwrap();
-        assert!(m.contains(&"/proc/kcore".to_string()));
-        assert!(r.contains(&"/proc/sys".to_string()));
+        assert!(
+            m.is_empty() && r.is_empty(),
+            "empty lists are none (Unmasked)"
+        );
         sc.masked_paths = vec!["/proc/x".into()];
         let (m, r) = masked_and_readonly(&sc).unwrap();
         assert_eq!(m, vec!["/proc/x".to_string()]);
-        assert_eq!(r.len(), DEFAULT_READONLY_PATHS.len());
+        assert!(r.is_empty());
         sc.privileged = true;
         assert!(masked_and_readonly(&sc).is_none());
     }

@@ -53,6 +53,9 @@ pub struct TestDaemon {
     pub subnet: String,
     pub gateway: String,
     pub cgroup_parent: String,
+    /// The daemon's cgroup driver is systemd (its default where systemd is PID 1, or its
+    /// configuration's): pods' cgroups are then slices and scopes ([`TestDaemon::cgroup_dir`]).
+    pub systemd: bool,
     pub cri: Cri,
     /// `PEAPOD_FAILPOINTS` for the next (re)start (see daemon/src/failpoint.rs): set, the daemon
     /// started is the test daemon `peapod-failpoints`.
@@ -84,7 +87,15 @@ impl TestDaemon {
         let subnet = format!("10.123.{n}.0/24");
         let gateway = format!("10.123.{n}.1");
         let cgroup_parent = format!("/peapod-e2e-{n}");
-        host::remove_cgroup_tree(&cgroup_parent);
+        let systemd = match opts.extra_config.as_str() {
+            c if c.contains("driver = \"systemd\"") => true,
+            c if c.contains("driver = \"cgroupfs\"") => false,
+            _ => {
+                peapod_daemon::config::CgroupDriver::host_default()
+                    == peapod_daemon::config::CgroupDriver::Systemd
+            }
+        };
+        host::remove_cgroups_of(&cgroup_parent, systemd);
 
         let conflist = opts.conflist.clone().unwrap_or_else(|| {
             r#"{"cniVersion":"1.0.0","name":"e2e-{bridge}","plugins":[
@@ -143,6 +154,7 @@ impl TestDaemon {
             subnet,
             gateway,
             cgroup_parent,
+            systemd,
             cri,
             failpoints: None,
             child: Some(child),
@@ -247,6 +259,12 @@ impl TestDaemon {
         None
     }
 
+    /// Where this daemon's pods' cgroups are in the cgroup tree: its parent, or with the
+    /// systemd driver the slice it names (`/peapod-e2e-1` is `/peapod_e2e_1.slice`).
+    pub fn cgroup_dir(&self) -> String {
+        host::cgroup_dir_of(&self.cgroup_parent, self.systemd)
+    }
+
     /// Everything of this daemon's pods that is still on the machine; empty when clean.
     pub fn leftovers(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -261,7 +279,7 @@ impl TestDaemon {
         for port in host::bridge_ports(&self.bridge) {
             out.push(format!("veth {port} on {}", self.bridge));
         }
-        for cg in host::cgroups_under(&self.cgroup_parent) {
+        for cg in host::cgroups_under(&self.cgroup_dir()) {
             out.push(format!("cgroup {}", cg.display()));
         }
         for pid in host::processes_with(&format!("{}/", self.state.display())) {
@@ -408,7 +426,7 @@ impl Drop for TestDaemon {
         }
         host::unmount_all_under(&self.dir);
         host::delete_link(&self.bridge);
-        host::remove_cgroup_tree(&self.cgroup_parent);
+        host::remove_cgroups_of(&self.cgroup_parent, self.systemd);
         if panicking {
             let keep = PathBuf::from(format!("/tmp/peapod-e2e-failed-{}.log", self.name));
             let _ = std::fs::copy(self.dir.join("daemon.log"), &keep);

@@ -84,6 +84,31 @@ pub fn cgroup_exists(parent: &str, name: &str) -> bool {
         .any(|r| r.join(parent.trim_start_matches('/')).join(name).is_dir())
 }
 
+/// Where the cgroups under a CRI cgroup parent are: the parent itself, or with the systemd
+/// driver its slice's directory.
+pub fn cgroup_dir_of(parent: &str, systemd: bool) -> String {
+    if !systemd {
+        return parent.to_string();
+    }
+    let slice = peapod_host::systemd::slice_name(parent);
+    peapod_host::systemd::slice_path(&slice).unwrap_or_else(|| format!("/{slice}"))
+}
+
+/// Removes what a test daemon's pods left under cgroup parent `parent`: with the systemd
+/// driver, its slice is stopped first (systemd stops the scopes in it and kills what runs
+/// there), then whatever directories remain go.
+pub fn remove_cgroups_of(parent: &str, systemd: bool) {
+    if systemd {
+        let slice = peapod_host::systemd::slice_name(parent);
+        if let Ok(mut sd) =
+            peapod_host::systemd::Systemd::connect(std::time::Duration::from_secs(120))
+        {
+            let _ = sd.stop_unit(&slice);
+        }
+    }
+    remove_cgroup_tree(&cgroup_dir_of(parent, systemd));
+}
+
 /// Removes `parent` and everything below it, in every hierarchy (children first), killing
 /// any process still in it.
 pub fn remove_cgroup_tree(parent: &str) {

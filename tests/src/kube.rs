@@ -200,7 +200,7 @@ pub fn leftovers(d: &TestDaemon) -> Vec<String> {
         .into_iter()
         .filter(|l| !l.ends_with("/kubepods"))
         .collect();
-    for top in crate::host::cgroups_under(&d.cgroup_parent) {
+    for top in crate::host::cgroups_under(&d.cgroup_dir()) {
         let mut stack = vec![top];
         while let Some(dir) = stack.pop() {
             let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());

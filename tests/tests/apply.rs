@@ -83,7 +83,7 @@ fn container_names(cs: &[cri::Container]) -> Vec<String> {
 /// Pod cgroups (`pod<uid>`) anywhere below the daemon's cgroup parent, in any hierarchy.
 fn pod_cgroups(d: &TestDaemon, uid: &str) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
-    let mut stack = host::cgroups_under(&d.cgroup_parent);
+    let mut stack = host::cgroups_under(&d.cgroup_dir());
     while let Some(dir) = stack.pop() {
         if dir
             .file_name()

@@ -187,3 +187,29 @@ fn no_new_privs_and_masked_overrides() {
         json!(["/proc/sys", "/proc/bus"])
     );
 }
+
+#[test]
+fn empty_masked_and_readonly_lists_mean_none() {
+    // procMount: Unmasked, as the kubelet sends it: both lists empty.
+    let mut f = Fixture::new();
+    let s = f.json();
+    let linux = &s["linux"];
+    for key in ["maskedPaths", "readonlyPaths"] {
+        assert!(
+            linux.get(key).is_none_or(|v| v == &json!([])),
+            "{key}: {linux}"
+        );
+    }
+    // The kubelet's defaults, sent as the kubelet sends them, are applied as given.
+    f.sc().masked_paths = peapod_spec_defaults(crate::DEFAULT_MASKED_PATHS);
+    f.sc().readonly_paths = peapod_spec_defaults(crate::DEFAULT_READONLY_PATHS);
+    let s = f.json();
+    assert_eq!(
+        s["linux"]["maskedPaths"],
+        json!(crate::DEFAULT_MASKED_PATHS)
+    );
+}
+
+fn peapod_spec_defaults(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
