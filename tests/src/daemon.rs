@@ -36,6 +36,9 @@ pub struct DaemonOptions {
     pub conflist: Option<String>,
     /// Extra CNI plugin directory searched before the system ones.
     pub extra_cni_bin: Option<PathBuf>,
+    /// The `[cgroup] driver` ("cgroupfs" or "systemd"); none: the daemon's default for this
+    /// host (systemd where systemd is PID 1).
+    pub cgroup_driver: Option<&'static str>,
     /// Extra TOML appended to the daemon's configuration file; `{cgroup_parent}` is replaced
     /// by this daemon's cgroup parent and `{dir}` by its directory. Without a `[pods]` table here, one putting pod cgroups
     /// at `{cgroup_parent}/kubepods` is added.
@@ -127,12 +130,16 @@ impl TestDaemon {
         };
         let config = format!(
             "root = \"{root}\"\nstate = \"{state}\"\nsocket = \"{state}/peapod.sock\"\nlog_level = \"debug\"\n\
-             [cgroup]\ndefault_parent = \"{cgroup_parent}\"\n\
+             [cgroup]\ndefault_parent = \"{cgroup_parent}\"\n{driver}\
              [cni]\nconf_dir = \"{conf}\"\nbin_dirs = {bins:?}\ndefault_bridge = \"{bridge}\"\ndefault_subnet = \"{subnet}\"\n{extra}\n",
             root = root.display(),
             state = state.display(),
             conf = conf_dir.display(),
             bins = bin_dirs,
+            driver = opts
+                .cgroup_driver
+                .map(|d| format!("driver = \"{d}\"\n"))
+                .unwrap_or_default(),
             extra = extra
                 .replace("{cgroup_parent}", &cgroup_parent)
                 .replace("{dir}", &dir.display().to_string()),
@@ -142,7 +149,8 @@ impl TestDaemon {
         let socket = state.join("peapod.sock");
 
         let child = spawn_daemon(&dir, None);
-        let cri = wait_for_socket(&socket, &dir).await;
+        let mut child = child;
+        let cri = wait_for_socket(&socket, &dir, Some(&mut child)).await;
         TestDaemon {
             slot,
             dir,
@@ -166,7 +174,7 @@ impl TestDaemon {
     pub async fn restart(&mut self) -> bool {
         self.stop_daemon();
         self.child = Some(spawn_daemon(&self.dir, self.failpoints.as_deref()));
-        self.cri = wait_for_socket(&self.socket, &self.dir).await;
+        self.cri = wait_for_socket(&self.socket, &self.dir, self.child.as_mut()).await;
         true
     }
 
@@ -179,7 +187,7 @@ impl TestDaemon {
 
     /// Waits for the daemon started by `spawn` to serve.
     pub async fn wait_serving(&mut self) {
-        self.cri = wait_for_socket(&self.socket, &self.dir).await;
+        self.cri = wait_for_socket(&self.socket, &self.dir, self.child.as_mut()).await;
     }
 
     /// SIGKILL, and nothing else: the process may still be dying (holding its locks and
@@ -279,8 +287,19 @@ impl TestDaemon {
         for port in host::bridge_ports(&self.bridge) {
             out.push(format!("veth {port} on {}", self.bridge));
         }
-        for cg in host::cgroups_under(&self.cgroup_dir()) {
-            out.push(format!("cgroup {}", cg.display()));
+        if self.systemd {
+            // Slices are the caller's (the kubelet makes and removes pods' slices; systemd
+            // makes a missing one a scope names): what is ours is a scope or a directory.
+            for cg in host::cgroups_below(&self.cgroup_dir()) {
+                let name = cg.file_name().unwrap_or_default().to_string_lossy();
+                if !name.ends_with(".slice") {
+                    out.push(format!("cgroup {}", cg.display()));
+                }
+            }
+        } else {
+            for cg in host::cgroups_under(&self.cgroup_dir()) {
+                out.push(format!("cgroup {}", cg.display()));
+            }
         }
         for pid in host::processes_with(&format!("{}/", self.state.display())) {
             out.push(format!("process {pid} using {}", self.state.display()));
@@ -370,7 +389,9 @@ fn spawn_daemon(dir: &Path, failpoints: Option<&str>) -> Child {
         .expect("start peapod")
 }
 
-async fn wait_for_socket(socket: &Path, dir: &Path) -> Cri {
+/// Waits for the daemon to answer on `socket`; a daemon that exits meanwhile (`child`) fails
+/// the wait at once, with its log, instead of at the deadline.
+async fn wait_for_socket(socket: &Path, dir: &Path, mut child: Option<&mut Child>) -> Cri {
     let deadline = Instant::now() + crate::scaled(Duration::from_secs(20));
     loop {
         if socket.exists() {
@@ -383,6 +404,13 @@ async fn wait_for_socket(socket: &Path, dir: &Path) -> Cri {
                     return c;
                 }
             }
+        }
+        if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            panic!(
+                "peapod exited ({status}) before it served on {}; log:\n{}",
+                socket.display(),
+                std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default()
+            );
         }
         if Instant::now() > deadline {
             panic!(

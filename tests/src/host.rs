@@ -77,6 +77,25 @@ pub fn cgroups_under(parent: &str) -> Vec<PathBuf> {
     out
 }
 
+/// Every cgroup directory at any depth below `parent`, in any hierarchy.
+pub fn cgroups_below(parent: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(d) = std::fs::read_dir(dir) {
+            for e in d.flatten() {
+                if e.path().is_dir() {
+                    out.push(e.path());
+                    walk(&e.path(), out);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for root in cgroup_roots() {
+        walk(&root.join(parent.trim_start_matches('/')), &mut out);
+    }
+    out
+}
+
 /// Whether a cgroup named `name` exists under `parent` in any hierarchy.
 pub fn cgroup_exists(parent: &str, name: &str) -> bool {
     cgroup_roots()

@@ -5,7 +5,7 @@
 
 use crate::resources::{milli_cpu_to_shares, shares_to_weight, CgroupValues};
 use peapod_host::dbus::Value;
-use peapod_host::systemd::{slice_name, Systemd, UnitError};
+use peapod_host::systemd::{slice_name, slice_path, Systemd, UnitError};
 use std::io;
 use std::time::Duration;
 
@@ -84,10 +84,19 @@ pub fn remove(path: &str) -> io::Result<()> {
         .map_err(io::Error::other)
 }
 
-/// Sets properties of the QoS-level slice `path` when systemd has it loaded (it exists once a
-/// pod of that class was made); a warning otherwise.
+/// Sets properties of the QoS-level slice `path` when it is there (its cgroup exists once a
+/// pod of that class was made; setting a property of a slice systemd has not started would
+/// make it); a warning if systemd refuses.
 fn set_existing(path: &str, props: Vec<Value>, what: &str) {
     let slice = slice_name(path);
+    let there = slice_path(&slice).is_some_and(|p| {
+        std::path::Path::new(peapod_host::cgroup::DEFAULT_ROOT)
+            .join(p.trim_start_matches('/'))
+            .is_dir()
+    });
+    if !there {
+        return;
+    }
     let result = connect()
         .map_err(UnitError::Connect)
         .and_then(|mut sd| sd.set_unit_properties(&slice, props));
