@@ -429,6 +429,14 @@ pub fn container(name: &str, image: &str, command: &[&str], args: &[&str]) -> cr
     }
 }
 
+/// Sets the masked and read-only /proc paths the kubelet sends for every container whose
+/// procMount is Default (an empty list means none, as containerd and CRI-O read it).
+pub fn kubelet_proc_mask(sc: &mut cri::LinuxContainerSecurityContext) {
+    let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect();
+    sc.masked_paths = owned(peapod_spec::DEFAULT_MASKED_PATHS);
+    sc.readonly_paths = owned(peapod_spec::DEFAULT_READONLY_PATHS);
+}
+
 /// A shell one-liner container (busybox sh).
 pub fn sh(name: &str, image: &str, script: &str) -> cri::ContainerConfig {
     container(name, image, &["sh", "-c", script], &[])

@@ -1,6 +1,8 @@
 //! Containers end to end: images pulled from a local registry, real runc, real CNI.
 
-use e2e::pods::{busybox, container, read_log, run_pod_with_app, sh, stdout_text, Images};
+use e2e::pods::{
+    busybox, container, kubelet_proc_mask, read_log, run_pod_with_app, sh, stdout_text, Images,
+};
 use e2e::{host, TestDaemon};
 use peapod_proto::v1 as cri;
 use std::time::{Duration, Instant};
@@ -457,6 +459,15 @@ async fn security_settings_take_effect() {
         }),
         ..Default::default()
     });
+    kubelet_proc_mask(
+        locked
+            .linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap(),
+    );
     let id = d.run_container(&pod, locked).await;
     let st = d.wait_exited(&id, WAIT).await;
     let out = stdout_text(&read_log(std::path::Path::new(&st.log_path)));
@@ -483,6 +494,15 @@ async fn security_settings_take_effect() {
         }),
         ..Default::default()
     });
+    kubelet_proc_mask(
+        loose
+            .linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap(),
+    );
     let id = d.run_container(&pod, loose).await;
     let st = d.wait_exited(&id, WAIT).await;
     let out = stdout_text(&read_log(std::path::Path::new(&st.log_path)));

@@ -11,7 +11,7 @@
 //! `create::unsupported`, unit-tested in the shim; the user-namespace case here proves the
 //! fallback.)
 
-use e2e::pods::{busybox, exec_sync_in, in_pod, sh, Images};
+use e2e::pods::{busybox, exec_sync_in, in_pod, kubelet_proc_mask, sh, Images};
 use e2e::{DaemonOptions, TestDaemon};
 use peapod_proto::v1 as cri;
 use std::path::Path;
@@ -211,6 +211,8 @@ async fn observe(d: &mut TestDaemon, image: &str, volume: &Path) -> Vec<(String,
             readonly: true,
             ..Default::default()
         });
+        // What the kubelet sends for procMount Default (a case may clear it).
+        kubelet_proc_mask(security(&mut config));
         (case.container)(&mut config);
         let id = d.run_container(&pod, config).await;
         let mut text = String::new();

@@ -2,7 +2,7 @@
 //! empty lists (`procMount: Unmasked`) mean nothing masked, as containerd and CRI-O read them.
 //! Runs on this host and in the guest (scripts/vm test).
 
-use e2e::pods::{busybox, read_log, sh, stdout_text, Images};
+use e2e::pods::{busybox, kubelet_proc_mask, read_log, sh, stdout_text, Images};
 use e2e::TestDaemon;
 use std::path::Path;
 use std::time::Duration;
@@ -27,8 +27,7 @@ async fn default_paths_are_masked_and_unmasked_means_none() {
             .get_or_insert_with(Default::default)
             .security_context
             .get_or_insert_with(Default::default);
-        sc.masked_paths = owned(peapod_spec::DEFAULT_MASKED_PATHS);
-        sc.readonly_paths = owned(peapod_spec::DEFAULT_READONLY_PATHS);
+        kubelet_proc_mask(sc);
     }
     let masked = d.run_container(&pod, masked).await;
     let unmasked = d.run_container(&pod, sh("unmasked", &image, MOUNTS)).await;
@@ -60,8 +59,4 @@ async fn default_paths_are_masked_and_unmasked_means_none() {
         );
     }
     d.remove_pod(&pod).await;
-}
-
-fn owned(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
 }
