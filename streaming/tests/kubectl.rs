@@ -6,10 +6,12 @@
 //! it asks our [`Server`] for a URL and splices the client's connection onto it, with the
 //! request line rewritten — what the kubelet does when it proxies to a CRI streaming server.
 //!
-//! The machine image ships kubectl 1.27 to 1.33 under /usr/lib/google-cloud-sdk/bin. These
-//! tests are `#[ignore]`d so that `cargo test` never reports them as passing when kubectl is
-//! absent; `scripts/test` runs them (`--ignored`) when kubectl is installed and says so when
-//! it is not. Run that way, a missing binary fails the test.
+//! The kubectl is the one the project builds with the Kubernetes tools (`k8s/build.sh`), named
+//! by `PEAPOD_KUBECTL`; each case runs twice, over WebSocket (kubectl's default since 1.31)
+//! and over SPDY (`KUBECTL_*_WEBSOCKETS=false`: what older kubectls and the kubelet's own
+//! proxy still speak). These tests are `#[ignore]`d so that `cargo test` never reports them
+//! as passing without kubectl; `scripts/test` runs them (`--ignored`), and there an unset
+//! `PEAPOD_KUBECTL` or a missing binary fails the test.
 
 mod common;
 
@@ -26,10 +28,13 @@ use tokio::process::Command;
 
 const POD: &str = "p1";
 
-fn kubectl(version: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}"));
-    assert!(p.exists(), "{} is not installed", p.display());
-    Some(p)
+fn kubectl() -> PathBuf {
+    let p = PathBuf::from(
+        std::env::var_os("PEAPOD_KUBECTL")
+            .expect("PEAPOD_KUBECTL must name a kubectl (scripts/test sets it from k8s/build.sh)"),
+    );
+    assert!(p.is_file(), "PEAPOD_KUBECTL: {} is not a file", p.display());
+    p
 }
 
 fn json_response(code: u16, body: &str) -> String {
@@ -238,8 +243,8 @@ async fn kubectl_exec(
     )
 }
 
-async fn exec_round(version: &str, spdy_only: bool) {
-    let Some(bin) = kubectl(version) else { return };
+async fn exec_round(spdy_only: bool) {
+    let bin = kubectl();
     let env = env(Fake::default()).await;
     // stdin in, stdout and stderr out, and the exit code comes back as kubectl's own.
     let (code, out, err) = kubectl_exec(
@@ -282,25 +287,19 @@ async fn exec_round(version: &str, spdy_only: bool) {
 }
 
 #[tokio::test]
-#[ignore = "needs kubectl from /usr/lib/google-cloud-sdk/bin; scripts/test runs it"]
-async fn kubectl_1_33_exec_and_attach_over_websocket() {
-    exec_round("1.33", false).await;
+#[ignore = "needs PEAPOD_KUBECTL; scripts/test runs it"]
+async fn kubectl_exec_and_attach_over_websocket() {
+    exec_round(false).await;
 }
 
 #[tokio::test]
-#[ignore = "needs kubectl from /usr/lib/google-cloud-sdk/bin; scripts/test runs it"]
-async fn kubectl_1_33_exec_and_attach_over_spdy() {
-    exec_round("1.33", true).await;
+#[ignore = "needs PEAPOD_KUBECTL; scripts/test runs it"]
+async fn kubectl_exec_and_attach_over_spdy() {
+    exec_round(true).await;
 }
 
-#[tokio::test]
-#[ignore = "needs kubectl from /usr/lib/google-cloud-sdk/bin; scripts/test runs it"]
-async fn kubectl_1_27_exec_and_attach_over_spdy() {
-    exec_round("1.27", false).await;
-}
-
-async fn port_forward_round(version: &str, spdy_only: bool) {
-    let Some(bin) = kubectl(version) else { return };
+async fn port_forward_round(spdy_only: bool) {
+    let bin = kubectl();
     let alpha = echo_server("alpha").await;
     let beta = echo_server("beta").await;
     let env = env(Fake {
@@ -366,27 +365,21 @@ async fn port_forward_round(version: &str, spdy_only: bool) {
 }
 
 #[tokio::test]
-#[ignore = "needs kubectl from /usr/lib/google-cloud-sdk/bin; scripts/test runs it"]
-async fn kubectl_1_33_port_forward_tunnelled_through_websocket() {
-    port_forward_round("1.33", false).await;
+#[ignore = "needs PEAPOD_KUBECTL; scripts/test runs it"]
+async fn kubectl_port_forward_tunnelled_through_websocket() {
+    port_forward_round(false).await;
 }
 
 #[tokio::test]
-#[ignore = "needs kubectl from /usr/lib/google-cloud-sdk/bin; scripts/test runs it"]
-async fn kubectl_1_33_port_forward_over_spdy() {
-    port_forward_round("1.33", true).await;
-}
-
-#[tokio::test]
-#[ignore = "needs kubectl from /usr/lib/google-cloud-sdk/bin; scripts/test runs it"]
-async fn kubectl_1_27_port_forward_over_spdy() {
-    port_forward_round("1.27", false).await;
+#[ignore = "needs PEAPOD_KUBECTL; scripts/test runs it"]
+async fn kubectl_port_forward_over_spdy() {
+    port_forward_round(true).await;
 }
 
 /// `kubectl exec -it` needs a terminal: run it under `script`, which gives it a pty sized by
 /// `stty`. kubectl sends that size on the resize stream/channel; the fake prints it.
-async fn tty_round(version: &str, spdy_only: bool) {
-    let Some(bin) = kubectl(version) else { return };
+async fn tty_round(spdy_only: bool) {
+    let bin = kubectl();
     assert!(
         std::path::Path::new("/usr/bin/script").exists(),
         "/usr/bin/script (util-linux) is needed to give kubectl a terminal"
@@ -424,13 +417,13 @@ async fn tty_round(version: &str, spdy_only: bool) {
 }
 
 #[tokio::test]
-#[ignore = "needs kubectl from /usr/lib/google-cloud-sdk/bin; scripts/test runs it"]
-async fn kubectl_1_33_exec_tty_sends_its_terminal_size_over_websocket() {
-    tty_round("1.33", false).await;
+#[ignore = "needs PEAPOD_KUBECTL; scripts/test runs it"]
+async fn kubectl_exec_tty_sends_its_terminal_size_over_websocket() {
+    tty_round(false).await;
 }
 
 #[tokio::test]
-#[ignore = "needs kubectl from /usr/lib/google-cloud-sdk/bin; scripts/test runs it"]
-async fn kubectl_1_27_exec_tty_sends_its_terminal_size_over_spdy() {
-    tty_round("1.27", false).await;
+#[ignore = "needs PEAPOD_KUBECTL; scripts/test runs it"]
+async fn kubectl_exec_tty_sends_its_terminal_size_over_spdy() {
+    tty_round(true).await;
 }
