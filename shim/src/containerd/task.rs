@@ -4,6 +4,7 @@
 //! containers.
 
 use super::events::Publisher;
+use super::options::{self, RuntimeOptions};
 use super::{mounts, oom, stats};
 use crate::error::ShimError;
 use crate::task::TaskService;
@@ -63,6 +64,9 @@ pub struct ContainerdTask {
     /// Bumped whenever an exec starts or is deleted: containerd waits for an exec before it
     /// starts it, and the Task service has no exit to wait on until then.
     exec_changed: watch::Sender<u64>,
+    /// The runtime options the shim runs every task with: those of the task whose `start`
+    /// launched it ([`super::launch`]).
+    runtime: RuntimeOptions,
 }
 
 fn status(code: ttrpc::Code, message: impl Into<String>) -> ttrpc::Error {
@@ -90,7 +94,11 @@ fn hold_fifo(path: &str) -> Option<OwnedFd> {
 }
 
 impl ContainerdTask {
-    pub fn new(tasks: Arc<TaskService>, events: Publisher) -> ContainerdTask {
+    pub fn new(
+        tasks: Arc<TaskService>,
+        events: Publisher,
+        runtime: RuntimeOptions,
+    ) -> ContainerdTask {
         ContainerdTask {
             api: TaskApi(tasks.clone()),
             tasks,
@@ -98,7 +106,26 @@ impl ContainerdTask {
             held: Mutex::new(HashMap::new()),
             cgroup_root: PathBuf::from(peapod_host::cgroup::DEFAULT_ROOT),
             exec_changed: watch::channel(0).0,
+            runtime,
         }
+    }
+
+    /// Checks that a create's runtime options are the shim's: one shim runs one pod, and one
+    /// pod one runtime handler, so options that differ mean a client mixed handlers in a pod,
+    /// or a shim outlived a change of containerd's configuration. Neither can be honoured by
+    /// a runtime CLI already running the pod's other containers.
+    fn check_runtime_options(&self, req: &api::CreateTaskRequest) -> Result<(), ShimError> {
+        let asked = options::decode(req.options.as_ref())
+            .map_err(|e| ShimError::InvalidArgument(format!("task {}: {e}", req.id)))?;
+        if asked == self.runtime {
+            return Ok(());
+        }
+        Err(ShimError::FailedPrecondition(format!(
+            "task {} asks for runtime options ({asked}) that differ from those its pod's shim \
+             runs every task with ({}): the containers of a pod share one shim, and so one \
+             runtime handler",
+            req.id, self.runtime
+        )))
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
@@ -187,13 +214,15 @@ impl Task for ContainerdTask {
         if self.held().contains_key(&req.id) || self.tasks.task_pid(&req.id).is_some() {
             return Err(ShimError::AlreadyExists(format!("container {}", req.id)).into());
         }
-        // containerd's runtime options (runc.v1.Options) are not peapod's: with none, the
-        // Task service takes its stdio from the request's FIFOs.
+        // peapod's own create options pass through to the Task service; containerd's runtime
+        // options are the shim's (they must be its own), and with them gone the Task service
+        // takes its stdio from the request's FIFOs.
         if req
             .options
             .as_ref()
-            .is_some_and(|o| o.type_url != protocol::CREATE_OPTIONS_TYPE_URL)
+            .is_none_or(|o| o.type_url != protocol::CREATE_OPTIONS_TYPE_URL)
         {
+            self.check_runtime_options(&req)?;
             req.options = MessageField::none();
         }
         let bundle = PathBuf::from(&req.bundle);

@@ -16,6 +16,11 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with(RuntimeOptions::default())
+}
+
+/// A shim launched with `runtime`'s options.
+fn fixture_with(options: RuntimeOptions) -> Fixture {
     let processes = Arc::new(FakeProcesses::default());
     let runtime = Arc::new(FakeRuntime::new(processes.clone()));
     let dir = tempfile::tempdir().unwrap();
@@ -30,6 +35,7 @@ fn fixture() -> Fixture {
         task: Arc::new(ContainerdTask::new(
             tasks,
             Publisher::start(None, "ns".into()),
+            options,
         )),
         processes,
         shutdown,
@@ -205,6 +211,83 @@ async fn checkpoints_and_duplicates_are_refused_clearly() {
         code(f.task.create(&ctx(), req).await),
         ttrpc::Code::INVALID_ARGUMENT
     );
+}
+
+/// `containerd.runc.v1.Options` with SystemdCgroup (field 9) and BinaryName (field 6).
+fn runc_options(systemd: bool, binary: &str) -> Any {
+    let mut value = Vec::new();
+    if !binary.is_empty() {
+        value.extend([6 << 3 | 2, binary.len() as u8]);
+        value.extend(binary.as_bytes());
+    }
+    if systemd {
+        value.extend([9 << 3, 1]);
+    }
+    let mut any = Any::new();
+    any.type_url = "containerd.runc.v1.Options".into();
+    any.value = value;
+    any
+}
+
+#[tokio::test]
+async fn a_create_whose_runtime_options_differ_from_the_shims_is_refused() {
+    let shims = RuntimeOptions {
+        binary: Some("/usr/sbin/runc".into()),
+        root: None,
+        systemd_cgroup: true,
+    };
+    let f = fixture_with(shims);
+    let mut req = f.create_request("c1");
+    req.options = MessageField::some(runc_options(true, "/usr/sbin/runc"));
+    f.task.create(&ctx(), req).await.unwrap();
+
+    let mut req = f.create_request("c2");
+    req.options = MessageField::some(runc_options(false, "/usr/sbin/runc"));
+    let err = f.task.create(&ctx(), req).await.unwrap_err();
+    let ttrpc::Error::RpcStatus(status) = err else {
+        panic!("not a status: {err:?}")
+    };
+    assert_eq!(status.code(), ttrpc::Code::FAILED_PRECONDITION);
+    assert!(
+        status.message.contains("SystemdCgroup false")
+            && status.message.contains("SystemdCgroup true")
+            && status.message.contains("c2"),
+        "{}",
+        status.message
+    );
+    // Nothing of c2 was made.
+    assert!(f.task.tasks.task_pid("c2").is_none());
+    assert!(!f.task.held().contains_key("c2"));
+    // No options at all are the defaults, which differ too.
+    let mut req = f.create_request("c3");
+    req.options = MessageField::none();
+    assert_eq!(
+        code(f.task.create(&ctx(), req).await),
+        ttrpc::Code::FAILED_PRECONDITION
+    );
+}
+
+#[tokio::test]
+async fn runtime_options_the_shim_cannot_read_are_refused() {
+    let f = fixture();
+    let mut req = f.create_request("c1");
+    let mut any = Any::new();
+    any.type_url = "io.containerd.kata.v2.Options".into();
+    req.options = MessageField::some(any);
+    let err = f.task.create(&ctx(), req).await.unwrap_err();
+    let ttrpc::Error::RpcStatus(status) = err else {
+        panic!("not a status: {err:?}")
+    };
+    assert_eq!(status.code(), ttrpc::Code::INVALID_ARGUMENT);
+    assert!(
+        status.message.contains("io.containerd.kata.v2.Options"),
+        "{}",
+        status.message
+    );
+    // A shim with the default options takes a create without any.
+    let mut req = f.create_request("c2");
+    req.options = MessageField::none();
+    f.task.create(&ctx(), req).await.unwrap();
 }
 
 #[tokio::test]
