@@ -20,7 +20,7 @@ use containerd_shim_protos::topics;
 use containerd_shim_protos::types::task::Status;
 use peapod_host::sync::LockUnpoisoned;
 use peapod_shim::protocol;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -67,6 +67,9 @@ pub struct ContainerdTask {
     /// The runtime options the shim runs every task with: those of the task whose `start`
     /// launched it ([`super::launch`]).
     runtime: RuntimeOptions,
+    /// Containers whose init exited and whose TaskExit containerd has not taken yet (it was
+    /// down): see [`ContainerdTask::pids`]'s use of it.
+    unreported_exits: Arc<Mutex<HashSet<String>>>,
 }
 
 fn status(code: ttrpc::Code, message: impl Into<String>) -> ttrpc::Error {
@@ -107,6 +110,7 @@ impl ContainerdTask {
             cgroup_root: PathBuf::from(peapod_host::cgroup::DEFAULT_ROOT),
             exec_changed: watch::channel(0).0,
             runtime,
+            unreported_exits: Arc::default(),
         }
     }
 
@@ -138,6 +142,7 @@ impl ContainerdTask {
     fn watch_exit(&self, id: &str, exec_id: &str, oom_at_exit: bool) {
         let tasks = self.tasks.clone();
         let events = self.events.clone();
+        let unreported = self.unreported_exits.clone();
         let (id, exec_id) = (id.to_string(), exec_id.to_string());
         tokio::spawn(async move {
             // An error means the process was deleted first: then there is no exit to tell.
@@ -149,17 +154,25 @@ impl ContainerdTask {
                 oom.container_id = id.clone();
                 events.publish(topics::TASK_OOM_EVENT_TOPIC, &oom);
             }
+            let init = exec_id.is_empty();
             let mut e = ev::TaskExit::new();
-            e.id = if exec_id.is_empty() {
-                id.clone()
-            } else {
-                exec_id
-            };
-            e.container_id = id;
+            e.id = if init { id.clone() } else { exec_id };
+            e.container_id = id.clone();
             e.pid = exit.pid;
             e.exit_status = exit.exit_code as u32;
             e.exited_at = timestamp(exit.exited_at_ns);
-            events.publish(topics::TASK_EXIT_EVENT_TOPIC, &e);
+            if !init {
+                events.publish(topics::TASK_EXIT_EVENT_TOPIC, &e);
+                return;
+            }
+            let Some(confirmed) = events.publish_confirmed(topics::TASK_EXIT_EVENT_TOPIC, &e)
+            else {
+                return;
+            };
+            unreported.lock_unpoisoned().insert(id.clone());
+            if confirmed.await.is_ok() {
+                unreported.lock_unpoisoned().remove(&id);
+            }
         });
     }
 
@@ -226,6 +239,11 @@ impl Task for ContainerdTask {
             req.options = MessageField::none();
         }
         let bundle = PathBuf::from(&req.bundle);
+        // For `delete` after this shim is gone: containerd 2.x runs no `start` for a container
+        // joining its pod's shim, so this is the only place its bundle learns them.
+        self.runtime
+            .save(&bundle)
+            .map_err(|e| status(ttrpc::Code::INTERNAL, e))?;
         let mounted = !req.rootfs.is_empty();
         if mounted {
             mounts::mount_rootfs(&bundle, &req.rootfs)
@@ -337,6 +355,8 @@ impl Task for ContainerdTask {
         self.bump_execs();
         let resp = deleted?;
         if req.exec_id.is_empty() {
+            // The exit is in this answer: containerd has it now.
+            self.unreported_exits.lock_unpoisoned().remove(&req.id);
             self.release(&req.id);
             let mut e = ev::TaskDelete::new();
             e.container_id = req.id;
@@ -351,11 +371,30 @@ impl Task for ContainerdTask {
         Ok(resp)
     }
 
+    /// The container's processes; but for a container whose init exited while containerd could
+    /// not be told (it was down), FailedPrecondition until containerd has taken the TaskExit or
+    /// deleted the task. containerd 2.x, reloading its shims after a restart, cleans up as
+    /// leaked every task of a non-sandbox bundle whose Pids is empty (deleting it, so its CRI
+    /// then reports exit 255, "Unknown", for a container that exited with its own status
+    /// during the outage, as happens with containerd's runc shim); any error but NotFound
+    /// keeps the task, and the CRI reads the exit from State and Delete as containerd 1.x does.
     async fn pids(
         &self,
         ctx: &TtrpcContext,
         req: api::PidsRequest,
     ) -> TtrpcResult<api::PidsResponse> {
+        let exited = self
+            .tasks
+            .state(&req.id, "")
+            .is_ok_and(|s| s.status == Status::STOPPED);
+        if exited && self.unreported_exits.lock_unpoisoned().contains(&req.id) {
+            return Err(ShimError::FailedPrecondition(format!(
+                "container {} has exited and containerd has not taken its exit yet: it has no \
+                 processes, and its exit is read with State or Delete",
+                req.id
+            ))
+            .into());
+        }
         self.api.pids(ctx, req).await
     }
 
