@@ -5,7 +5,8 @@
 
 use super::events::Publisher;
 use super::options::{self, RuntimeOptions};
-use super::{mounts, oom, stats};
+use super::stats::CgroupDirs;
+use super::{mounts, oom};
 use crate::error::ShimError;
 use crate::task::TaskService;
 use crate::task_api::TaskApi;
@@ -70,6 +71,8 @@ pub struct ContainerdTask {
     /// Containers whose init exited and whose TaskExit containerd has not taken yet (it was
     /// down): see [`ContainerdTask::pids`]'s use of it.
     unreported_exits: Arc<Mutex<HashSet<String>>>,
+    /// Each started container's cgroups, for Stats until its Delete ([`super::stats`]).
+    cgroups: Mutex<HashMap<String, CgroupDirs>>,
 }
 
 fn status(code: ttrpc::Code, message: impl Into<String>) -> ttrpc::Error {
@@ -111,6 +114,7 @@ impl ContainerdTask {
             exec_changed: watch::channel(0).0,
             runtime,
             unreported_exits: Arc::default(),
+            cgroups: Mutex::new(HashMap::new()),
         }
     }
 
@@ -311,6 +315,10 @@ impl Task for ContainerdTask {
         }
         let resp = started?;
         if req.exec_id.is_empty() {
+            // Now, while the init runs: its /proc entry goes with it.
+            if let Ok(dirs) = CgroupDirs::of_pid(resp.pid, &self.cgroup_root) {
+                self.cgroups.lock_unpoisoned().insert(req.id.clone(), dirs);
+            }
             let mut e = ev::TaskStart::new();
             e.container_id = req.id;
             e.pid = resp.pid;
@@ -357,6 +365,7 @@ impl Task for ContainerdTask {
         if req.exec_id.is_empty() {
             // The exit is in this answer: containerd has it now.
             self.unreported_exits.lock_unpoisoned().remove(&req.id);
+            self.cgroups.lock_unpoisoned().remove(&req.id);
             self.release(&req.id);
             let mut e = ev::TaskDelete::new();
             e.container_id = req.id;
@@ -484,12 +493,27 @@ impl Task for ContainerdTask {
         _ctx: &TtrpcContext,
         req: api::StatsRequest,
     ) -> TtrpcResult<api::StatsResponse> {
-        let pid = self
-            .tasks
-            .task_pid(&req.id)
-            .ok_or(ShimError::ContainerNotFound { id: req.id.clone() })?;
-        let any = stats::metrics_any(pid, &self.cgroup_root)
-            .map_err(|e| ShimError::io(format!("cgroup stats of container {}", req.id), e))?;
+        let kept = self.cgroups.lock_unpoisoned().get(&req.id).cloned();
+        let dirs = match kept {
+            Some(dirs) => Ok(dirs),
+            // Started before its cgroups could be read (it exited at once), or not started.
+            None => {
+                let pid = self
+                    .tasks
+                    .task_pid(&req.id)
+                    .ok_or(ShimError::ContainerNotFound { id: req.id.clone() })?;
+                CgroupDirs::of_pid(pid, &self.cgroup_root)
+            }
+        };
+        // NotFound (no process, no cgroup left) is what containerd skips quietly: it asks every
+        // task, also one that exited and awaits its Delete.
+        let any = dirs.and_then(|d| d.metrics_any()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                ShimError::ContainerNotFound { id: req.id.clone() }
+            } else {
+                ShimError::io(format!("cgroup stats of container {}", req.id), e)
+            }
+        })?;
         let mut resp = api::StatsResponse::new();
         resp.stats = MessageField::some(any);
         Ok(resp)
