@@ -295,6 +295,14 @@ impl Containerd {
         }
     }
 
+    /// The containerd namespace `base` of this containerd (`base-<slot>`): runc's state
+    /// (`/run/containerd/runc/<namespace>`) and the cgroups of tasks made through containerd's
+    /// own API (`/<namespace>/<id>`) are the host's, shared by every containerd, so two tests
+    /// running at once must not use one namespace.
+    pub fn api_namespace(&self, base: &str) -> String {
+        format!("{base}-{}", self._slot.n)
+    }
+
     /// This version's `name` (`ctr`, `containerd`): from its bin directory, or PATH's.
     pub fn program(&self, name: &str) -> PathBuf {
         match &self.bin {
@@ -452,16 +460,22 @@ impl Drop for Containerd {
             .into_iter()
             .flatten()
             .flatten();
+        let namespaces = API_NAMESPACES.map(|base| self.api_namespace(base));
         for h in hierarchies.map(|e| e.path()) {
-            for ns in CGROUP_NAMESPACES {
+            for ns in &namespaces {
                 let _ = std::fs::remove_dir(h.join(ns));
             }
+        }
+        // The namespaces' runtime state directories, once empty.
+        for ns in &namespaces {
+            let _ = std::fs::remove_dir(Path::new(RUNTIME_ROOTS).join(ns));
         }
     }
 }
 
-/// The containerd namespaces the tests run containers in through containerd's own API.
-const CGROUP_NAMESPACES: [&str; 2] = ["peapod-ctr", "peapod-client"];
+/// The containerd namespaces (before [`Containerd::api_namespace`] makes them this
+/// containerd's) the tests run containers in through containerd's own API.
+pub const API_NAMESPACES: [&str; 2] = ["peapod-ctr", "peapod-client"];
 
 impl crate::pods::CriServer for Containerd {
     fn cri(&mut self) -> &mut Cri {

@@ -579,13 +579,15 @@ async fn a_killed_shim_is_cleaned_up_by_its_delete_action(version: Version) {
 }
 
 /// The containerd namespace of the `ctr` test (not the CRI's).
-const CTR_NS: &str = "peapod-ctr";
+fn ctr_ns(ctd: &Containerd) -> String {
+    ctd.api_namespace(e2e::containerd::API_NAMESPACES[0])
+}
 
 /// Polls `check` on `ctr task ls` output until it holds.
 async fn wait_tasks(ctd: &Containerd, what: &str, check: impl Fn(&str) -> bool) {
     let deadline = Instant::now() + LIMIT;
     loop {
-        let ls = ctd.ctr(CTR_NS, &["task", "ls"]);
+        let ls = ctd.ctr(&ctr_ns(ctd), &["task", "ls"]);
         if check(&ls) {
             return;
         }
@@ -619,8 +621,9 @@ fn task_line<'a>(ls: &'a str, id: &str) -> &'a str {
 both_versions!(containerds_own_api_drives_the_peapod_runtime);
 async fn containerds_own_api_drives_the_peapod_runtime(version: Version) {
     let ctd = Containerd::start(version, "peapod").await;
+    let ns = ctr_ns(&ctd);
     ctd.import(
-        CTR_NS,
+        &ns,
         BUSYBOX,
         &peapod_image::testsupport::ImageSpec::busybox(),
     );
@@ -638,7 +641,7 @@ async fn containerds_own_api_drives_the_peapod_runtime(version: Version) {
     let mut n = 0;
     loop {
         n += 1;
-        ctd.ctr(CTR_NS, &["namespaces", "create", &format!("sync-{n}")]);
+        ctd.ctr(&ns, &["namespaces", "create", &format!("sync-{n}")]);
         let text = std::fs::read_to_string(&events_file).unwrap_or_default();
         if text.contains("/namespaces/create") {
             break;
@@ -650,7 +653,7 @@ async fn containerds_own_api_drives_the_peapod_runtime(version: Version) {
     // A task with its output in a file (a file:// log URI).
     let log = dir.join("c1.log");
     ctd.ctr(
-        CTR_NS,
+        &ns,
         &[
             "run",
             "-d",
@@ -673,7 +676,7 @@ async fn containerds_own_api_drives_the_peapod_runtime(version: Version) {
 
     // Exec, pause and resume.
     let out = ctd.ctr(
-        CTR_NS,
+        &ns,
         &[
             "task",
             "exec",
@@ -686,9 +689,9 @@ async fn containerds_own_api_drives_the_peapod_runtime(version: Version) {
         ],
     );
     assert_eq!(out, "exec-out\n");
-    ctd.ctr(CTR_NS, &["task", "pause", "c1"]);
+    ctd.ctr(&ns, &["task", "pause", "c1"]);
     wait_tasks(&ctd, "paused", |ls| task_line(ls, "c1").contains("PAUSED")).await;
-    ctd.ctr(CTR_NS, &["task", "resume", "c1"]);
+    ctd.ctr(&ns, &["task", "resume", "c1"]);
     wait_tasks(&ctd, "resumed", |ls| {
         task_line(ls, "c1").contains("RUNNING")
     })
@@ -708,7 +711,7 @@ async fn containerds_own_api_drives_the_peapod_runtime(version: Version) {
     std::fs::set_permissions(&logger, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod logger");
     ctd.ctr(
-        CTR_NS,
+        &ns,
         &[
             "run",
             "-d",
@@ -724,12 +727,12 @@ async fn containerds_own_api_drives_the_peapod_runtime(version: Version) {
         ],
     );
     let text = wait_file_contains(&logged, "via-logger\n").await;
-    assert!(text.starts_with(&format!("{CTR_NS}/c2\n")), "{text:?}");
+    assert!(text.starts_with(&format!("{ns}/c2\n")), "{text:?}");
 
     // An OOM kill in a container that lives on is reported when it happens.
     let c3_log = dir.join("c3.log");
     ctd.ctr(
-        CTR_NS,
+        &ns,
         &[
             "run",
             "-d",
@@ -754,21 +757,21 @@ async fn containerds_own_api_drives_the_peapod_runtime(version: Version) {
         "no TaskOOM for c3:\n{text}"
     );
     assert!(
-        task_line(&ctd.ctr(CTR_NS, &["task", "ls"]), "c3").contains("RUNNING"),
+        task_line(&ctd.ctr(&ns, &["task", "ls"]), "c3").contains("RUNNING"),
         "c3 should live on after its child's OOM kill"
     );
 
     // Kill, wait for the exit, delete.
     for id in ["c1", "c2", "c3"] {
-        ctd.ctr(CTR_NS, &["task", "kill", "-s", "SIGKILL", id]);
+        ctd.ctr(&ns, &["task", "kill", "-s", "SIGKILL", id]);
         wait_tasks(&ctd, "stopped", |ls| task_line(ls, id).contains("STOPPED")).await;
-        ctd.ctr(CTR_NS, &["task", "delete", id]);
-        ctd.ctr(CTR_NS, &["container", "delete", id]);
+        ctd.ctr(&ns, &["task", "delete", id]);
+        ctd.ctr(&ns, &["container", "delete", id]);
     }
     wait_tasks(&ctd, "deleted", |ls| ls.lines().count() <= 1).await;
 
     // Every task event reached containerd's event stream, the exit with its status.
-    ctd.ctr(CTR_NS, &["namespaces", "create", "sync-end"]);
+    ctd.ctr(&ns, &["namespaces", "create", "sync-end"]);
     let text = wait_file_contains(&events_file, "sync-end").await;
     let _ = events.kill();
     let _ = events.wait();
@@ -855,10 +858,11 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
     use containerd_client::{events::TaskExit, types::Mount, with_namespace};
     use prost::Message;
     use tonic::Request;
-    const NS: &str = "peapod-client";
     const ID: &str = "client1";
 
     let ctd = Containerd::start(version, "peapod").await;
+    let ns = ctd.api_namespace(e2e::containerd::API_NAMESPACES[1]);
+    let ns = ns.as_str();
     let client = containerd_client::Client::from_path(&ctd.socket)
         .await
         .expect("connect to containerd");
@@ -890,7 +894,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
                         ..Default::default()
                     }),
                 },
-                NS
+                ns
             ))
             .await
             .expect("create a namespace");
@@ -931,7 +935,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
             CreateContainerRequest {
                 container: Some(container)
             },
-            NS
+            ns
         ))
         .await
         .expect("create container");
@@ -953,7 +957,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
                 stdout: stdout.display().to_string(),
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .unwrap_or_else(|e| panic!("create task: {e}\n{}", ctd.log()))
@@ -965,7 +969,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
                 container_id: ID.into(),
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .expect("start task");
@@ -990,7 +994,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
                 }),
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .expect("exec");
@@ -1000,7 +1004,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
                 container_id: ID.into(),
                 exec_id: "e1".into(),
             },
-            NS
+            ns
         ))
         .await
         .expect("start exec");
@@ -1010,7 +1014,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
                 container_id: ID.into(),
                 exec_id: "e1".into(),
             },
-            NS
+            ns
         ))
         .await
         .expect("wait exec")
@@ -1023,7 +1027,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
                 container_id: ID.into(),
                 exec_id: "e1".into(),
             },
-            NS
+            ns
         ))
         .await
         .expect("delete exec");
@@ -1036,7 +1040,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
                 signal: 9,
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .expect("kill");
@@ -1046,7 +1050,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
                 container_id: ID.into(),
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .expect("wait task")
@@ -1057,7 +1061,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
             DeleteTaskRequest {
                 container_id: ID.into()
             },
-            NS
+            ns
         ))
         .await
         .expect("delete task")
@@ -1067,7 +1071,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
         .containers()
         .delete(with_namespace!(
             DeleteContainerRequest { id: ID.into() },
-            NS
+            ns
         ))
         .await
         .expect("delete container");
@@ -1088,7 +1092,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version)
             .await
             .unwrap_or_else(|_| panic!("events seen: {seen:?}"))
             .expect("event stream");
-        if envelope.namespace != NS {
+        if envelope.namespace != ns {
             continue;
         }
         if envelope.topic == "/tasks/exit" {
