@@ -1,7 +1,9 @@
-//! A private, real containerd (Debian's package) for tests of `containerd-shim-peapod-v2`:
-//! its own root, state, sockets, CNI configuration and bridge, with `io.containerd.peapod.v2`
-//! as the CRI's default runtime and the test's images imported. Dropping it kills containerd
-//! and every shim and container it started, and removes their mounts, bridge and cgroups.
+//! A private, real containerd for tests of `containerd-shim-peapod-v2`, of either version the
+//! shim is tested under ([`Version`]: Debian's 1.6, or the 2.x that `k8s/containerd/build.sh`
+//! builds): its own root, state, sockets, CNI configuration and bridge, with
+//! `io.containerd.peapod.v2` as the CRI's default runtime and the test's images imported.
+//! Dropping it kills containerd and every shim and container it started, and removes their
+//! mounts, bridge and cgroups.
 
 use crate::daemon::bin_dir;
 use crate::host;
@@ -21,8 +23,46 @@ pub const NAMESPACE: &str = "k8s.io";
 /// directory per containerd namespace.
 pub const RUNTIME_ROOTS: &str = "/run/containerd/runc";
 
+/// Which containerd a test runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// Debian 12's package (`/usr/bin/containerd`, 1.6): configuration `version = 2`.
+    Debian,
+    /// containerd 2.x as pinned in `k8s/containerd/go.mod`: configuration `version = 3`, its own
+    /// `ctr` and `containerd-shim-runc-v2`.
+    V2,
+}
+
+impl Version {
+    /// Where this version's `containerd`, `ctr` and `containerd-shim-runc-v2` are (none: on
+    /// PATH, Debian's).
+    pub fn bin_dir(self) -> Option<PathBuf> {
+        match self {
+            Version::Debian => None,
+            Version::V2 => Some(v2_bin_dir()),
+        }
+    }
+}
+
+/// The bin directory of `k8s/containerd/build.sh` (which `scripts/setup` runs).
+fn v2_bin_dir() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../k8s/containerd/build.sh");
+    let out = Command::new(&script)
+        .arg("--print")
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "containerd 2.x is not built: run scripts/setup (or k8s/containerd/build.sh)"
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
 pub struct Containerd {
     _slot: Slot,
+    pub version: Version,
+    /// Its own bin directory, searched before PATH (none: Debian's, on PATH).
+    bin: Option<PathBuf>,
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub state: PathBuf,
@@ -43,8 +83,20 @@ fn conflist(bridge: &str, subnet: &str, dir: &Path) -> String {
     )
 }
 
-fn config(dir: &Path, default_runtime: &str) -> String {
+fn config(version: Version, dir: &Path, default_runtime: &str, runtimes: &str) -> String {
+    match version {
+        Version::Debian => config_v2(dir, default_runtime, runtimes),
+        Version::V2 => config_v3(dir, default_runtime, runtimes),
+    }
+}
+
+/// containerd 1.6's configuration (`version = 2`).
+fn config_v2(dir: &Path, default_runtime: &str, runtimes: &str) -> String {
     let d = dir.display();
+    let runtimes = runtimes.replace(
+        "RUNTIMES",
+        r#"plugins."io.containerd.grpc.v1.cri".containerd.runtimes"#,
+    );
     format!(
         r#"version = 2
 root = "{d}/root"
@@ -68,6 +120,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.peapod.v2"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+{runtimes}
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{d}/net.d"
@@ -75,9 +128,62 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     )
 }
 
+/// containerd 2.x's configuration (`version = 3`, which 2.4 still reads): the CRI plugin split
+/// into `io.containerd.cri.v1.images` and `io.containerd.cri.v1.runtime`. NRI is off: its
+/// socket is a fixed host path (/var/run/nri/nri.sock) that two containerds would share.
+fn config_v3(dir: &Path, default_runtime: &str, runtimes: &str) -> String {
+    let d = dir.display();
+    let runtimes = runtimes.replace(
+        "RUNTIMES",
+        r#"plugins."io.containerd.cri.v1.runtime".containerd.runtimes"#,
+    );
+    format!(
+        r#"version = 3
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs", "io.containerd.internal.v1.opt",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.nri.v1.nri"]
+[grpc]
+  address = "{d}/c.sock"
+[debug]
+  level = "debug"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{PAUSE}"
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "{default_runtime}"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.peapod]
+      runtime_type = "io.containerd.peapod.v2"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+{runtimes}
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "{d}/net.d"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+"#
+    )
+}
+
 impl Containerd {
-    /// Starts containerd with `default_runtime` ("peapod" or "runc") and imports the images.
-    pub async fn start(default_runtime: &str) -> Containerd {
+    /// Starts containerd `version` with `default_runtime` ("peapod" or "runc") and imports the
+    /// images.
+    pub async fn start(version: Version, default_runtime: &str) -> Containerd {
+        Containerd::start_with(version, default_runtime, "").await
+    }
+
+    /// [`Containerd::start`] with more CRI runtimes: `runtimes` is TOML whose table names start
+    /// with `RUNTIMES` (replaced by the version's `...containerd.runtimes`), e.g.
+    /// `[RUNTIMES.logged]` and its `runtime_type`, `[RUNTIMES.logged.options]`.
+    pub async fn start_with(version: Version, default_runtime: &str, runtimes: &str) -> Containerd {
+        let bin = version.bin_dir();
         let slot = Slot::acquire();
         let n = slot.n;
         // Short: containerd's bundles and sockets live under it.
@@ -100,15 +206,17 @@ impl Containerd {
         .expect("write conflist");
         std::fs::write(
             dir.path().join("config.toml"),
-            config(dir.path(), default_runtime),
+            config(version, dir.path(), default_runtime, runtimes),
         )
         .expect("write config");
         let socket = dir.path().join("c.sock");
         let state = dir.path().join("state");
-        let child = spawn(dir.path());
+        let child = spawn(bin.as_deref(), dir.path());
         let cri = wait_for(&socket, dir.path()).await;
         let ctd = Containerd {
             _slot: slot,
+            version,
+            bin,
             dir,
             socket,
             state,
@@ -132,7 +240,7 @@ impl Containerd {
     pub fn import(&self, namespace: &str, name: &str, spec: &ImageSpec) {
         let archive = self.dir.path().join("image.tar");
         oci_archive(&archive, name, spec).expect("build image archive");
-        let out = Command::new("ctr")
+        let out = Command::new(self.program("ctr"))
             .arg("--address")
             .arg(&self.socket)
             .args(["-n", namespace, "images", "import"])
@@ -161,7 +269,7 @@ impl Containerd {
 
     /// Runs `ctr` against this containerd in `namespace`; its output, or a panic naming it.
     pub fn ctr(&self, namespace: &str, args: &[&str]) -> String {
-        let out = Command::new("ctr")
+        let out = Command::new(self.program("ctr"))
             .arg("--address")
             .arg(&self.socket)
             .args(["-n", namespace])
@@ -187,10 +295,26 @@ impl Containerd {
         }
     }
 
+    /// The containerd namespace `base` of this containerd (`base-<slot>`): runc's state
+    /// (`/run/containerd/runc/<namespace>`) and the cgroups of tasks made through containerd's
+    /// own API (`/<namespace>/<id>`) are the host's, shared by every containerd, so two tests
+    /// running at once must not use one namespace.
+    pub fn api_namespace(&self, base: &str) -> String {
+        format!("{base}-{}", self._slot.n)
+    }
+
+    /// This version's `name` (`ctr`, `containerd`): from its bin directory, or PATH's.
+    pub fn program(&self, name: &str) -> PathBuf {
+        match &self.bin {
+            Some(dir) => dir.join(name),
+            None => PathBuf::from(name),
+        }
+    }
+
     /// Starts containerd again on the same directories.
     pub async fn restart(&mut self) {
         self.kill();
-        self.child = Some(spawn(self.dir.path()));
+        self.child = Some(spawn(self.bin.as_deref(), self.dir.path()));
         self.cri = wait_for(&self.socket, self.dir.path()).await;
     }
 
@@ -200,18 +324,21 @@ impl Containerd {
     }
 }
 
-fn spawn(dir: &Path) -> Child {
+/// containerd (from `bin`, else PATH's) on the configuration in `dir`; its shims are looked up
+/// on a PATH with peapod's binaries first, then `bin` (its own runc shim).
+fn spawn(bin: Option<&Path>, dir: &Path) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("containerd.log"))
         .expect("open containerd.log");
-    let path = format!(
-        "{}:{}",
-        bin_dir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    Command::new("containerd")
+    let mut path = format!("{}:", bin_dir().display());
+    if let Some(bin) = bin {
+        path.push_str(&format!("{}:", bin.display()));
+    }
+    path.push_str(&std::env::var("PATH").unwrap_or_default());
+    let program = bin.map_or(PathBuf::from("containerd"), |b| b.join("containerd"));
+    Command::new(program)
         .arg("--config")
         .arg(dir.join("config.toml"))
         .env("PATH", path)
@@ -333,16 +460,22 @@ impl Drop for Containerd {
             .into_iter()
             .flatten()
             .flatten();
+        let namespaces = API_NAMESPACES.map(|base| self.api_namespace(base));
         for h in hierarchies.map(|e| e.path()) {
-            for ns in CGROUP_NAMESPACES {
+            for ns in &namespaces {
                 let _ = std::fs::remove_dir(h.join(ns));
             }
+        }
+        // The namespaces' runtime state directories, once empty.
+        for ns in &namespaces {
+            let _ = std::fs::remove_dir(Path::new(RUNTIME_ROOTS).join(ns));
         }
     }
 }
 
-/// The containerd namespaces the tests run containers in through containerd's own API.
-const CGROUP_NAMESPACES: [&str; 2] = ["peapod-ctr", "peapod-client"];
+/// The containerd namespaces (before [`Containerd::api_namespace`] makes them this
+/// containerd's) the tests run containers in through containerd's own API.
+pub const API_NAMESPACES: [&str; 2] = ["peapod-ctr", "peapod-client"];
 
 impl crate::pods::CriServer for Containerd {
     fn cri(&mut self) -> &mut Cri {

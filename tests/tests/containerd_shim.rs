@@ -1,16 +1,36 @@
-//! `containerd-shim-peapod-v2` under Debian's containerd: pods and containers through
-//! containerd's own CRI plugin with `io.containerd.peapod.v2` as its default runtime, on real
-//! runc, overlay mounts and CNI. Needs `containerd` installed and the workspace built.
+//! `containerd-shim-peapod-v2` under containerd 1.6 (Debian's) and 2.x (k8s/containerd's pin):
+//! pods and containers through containerd's own CRI plugin with `io.containerd.peapod.v2` as its
+//! default runtime, through `ctr` and through containerd's client API, on real runc, overlay
+//! mounts and CNI. Needs `containerd` installed, containerd 2.x built (scripts/setup) and the
+//! workspace built.
 
-use e2e::containerd::{Containerd, BUSYBOX};
+use e2e::containerd::{Containerd, Version, BUSYBOX};
 use e2e::host;
 use e2e::pods::{
     container_status_in, exec_sync_in, read_log, remove_pod_in, run_container_in, run_pod_in, sh,
-    stdout_text,
+    stdout_text, try_run_pod_in,
 };
 use peapod_proto::v1 as cri;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// Each scenario runs under both containerd versions, as `<scenario>::containerd_1_6` (Debian's
+/// package) and `<scenario>::containerd_2` (k8s/containerd's pin).
+macro_rules! both_versions {
+    ($name:ident) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn containerd_1_6() {
+                super::$name(Version::Debian).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn containerd_2() {
+                super::$name(Version::V2).await
+            }
+        }
+    };
+}
 
 /// Bound of every wait for something containerd does asynchronously (not a timed assertion:
 /// the wait ends as soon as the thing happens).
@@ -71,8 +91,16 @@ async fn remove_container(ctd: &mut Containerd, id: &str) {
         .unwrap_or_else(|e| panic!("RemoveContainer {id}: {e}\n{}", ctd.log()));
 }
 
-/// The ttrpc address a bundle's shim serves (the `address` file containerd reads back).
+/// The ttrpc address a bundle's shim serves, as containerd reads it back after a restart:
+/// `bootstrap.json`'s `address` (2.x writes it into every bundle, also of a container joining
+/// its pod's shim without running `start`), else the `address` file `start` wrote (1.6).
 fn shim_address(bundle: &Path) -> String {
+    if let Ok(json) = std::fs::read(bundle.join("bootstrap.json")) {
+        let params: serde_json::Value = serde_json::from_slice(&json)
+            .unwrap_or_else(|e| panic!("{}/bootstrap.json: {e}", bundle.display()));
+        let address = params["address"].as_str().unwrap_or_default();
+        return format!("unix://{}", address.trim_start_matches("unix://"));
+    }
     std::fs::read_to_string(bundle.join("address"))
         .unwrap_or_else(|e| panic!("{}/address: {e}", bundle.display()))
 }
@@ -112,9 +140,9 @@ fn leftovers(ctd: &Containerd) -> Vec<String> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_run_under_containerd_with_the_peapod_shim() {
-    let mut ctd = Containerd::start("peapod").await;
+both_versions!(pods_run_under_containerd_with_the_peapod_shim);
+async fn pods_run_under_containerd_with_the_peapod_shim(version: Version) {
+    let mut ctd = Containerd::start(version, "peapod").await;
     let pod = run_pod_in(&mut ctd, "ctd-pod", |_| {}).await;
 
     // The pod's shim is ours: containerd started containerd-shim-peapod-v2, which is
@@ -281,9 +309,9 @@ async fn container_pid(ctd: &mut Containerd, id: &str) -> i32 {
     info["pid"].as_i64().expect("pid in the verbose info") as i32
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_survive_containerd_killed_and_restarted() {
-    let mut ctd = Containerd::start("peapod").await;
+both_versions!(pods_survive_containerd_killed_and_restarted);
+async fn pods_survive_containerd_killed_and_restarted(version: Version) {
+    let mut ctd = Containerd::start(version, "peapod").await;
     let pod = run_pod_in(&mut ctd, "ctd-crash", |_| {}).await;
     let keep = run_container_in(
         &mut ctd,
@@ -362,8 +390,10 @@ async fn pods_survive_containerd_killed_and_restarted() {
     );
     let st = wait_state(&mut ctd, &quit, cri::ContainerState::ContainerExited).await;
     assert_eq!(
-        st.exit_code, 7,
-        "the exit during the outage is reported: {st:?}"
+        st.exit_code,
+        7,
+        "the exit during the outage is reported: {st:?}\n{}",
+        ctd.log()
     );
     // The running container is fully usable through the restarted containerd.
     let out = exec_sync_in(&mut ctd, &keep, &["echo", "after"]).await;
@@ -377,9 +407,130 @@ async fn pods_survive_containerd_killed_and_restarted() {
     assert_eq!(leftovers(&ctd), Vec::<String>::new());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
-    let mut ctd = Containerd::start("peapod").await;
+both_versions!(stop_kills_a_container_that_ignores_sigterm_at_its_timeout);
+async fn stop_kills_a_container_that_ignores_sigterm_at_its_timeout(version: Version) {
+    let mut ctd = Containerd::start(version, "peapod").await;
+    let pod = run_pod_in(&mut ctd, "ctd-stubborn", |_| {}).await;
+    let address = shim_address(&ctd.bundle(&pod.id));
+    let app = run_container_in(
+        &mut ctd,
+        &pod,
+        sh(
+            "stubborn",
+            BUSYBOX,
+            "trap '' TERM; echo ready; while :; do sleep 1; done",
+        ),
+    )
+    .await;
+    wait_log(&mut ctd, &app, "ready").await;
+    // SIGTERM is ignored, so containerd sends SIGKILL after 2 s and waits for the exit: the
+    // kubelet's StopContainer returns once it is seen (a hang here is the failure; the bound
+    // only keeps it from hanging the run).
+    let started = Instant::now();
+    let stop = ctd.cri.runtime.stop_container(cri::StopContainerRequest {
+        container_id: app.clone(),
+        timeout: 2,
+    });
+    match tokio::time::timeout(Duration::from_secs(30), stop).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => panic!("StopContainer: {e}\n{}", ctd.log()),
+        Err(_) => panic!(
+            "StopContainer with timeout 2 s still running after 30 s\n{}",
+            ctd.log()
+        ),
+    }
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "stopped before its timeout: SIGTERM was not ignored"
+    );
+    let st = wait_state(&mut ctd, &app, cri::ContainerState::ContainerExited).await;
+    assert_eq!(st.exit_code, 128 + 9, "killed by SIGKILL: {st:?}");
+    remove_container(&mut ctd, &app).await;
+    remove_pod_in(&mut ctd, &pod).await;
+    wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
+
+/// A runc wrapper that logs each command line to `log` and runs runc without
+/// `--systemd-cgroup` (this host has no systemd to make scopes; what is tested is that the shim
+/// asks for them).
+fn logging_runc(dir: &Path, log: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("runc-logged");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nfor a; do shift; [ \"$a\" = --systemd-cgroup ] || set -- \"$@\" \"$a\"; done\nexec runc \"$@\"\n",
+            log.display()
+        ),
+    )
+    .expect("write the runc wrapper");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+both_versions!(the_cri_runtimes_options_choose_the_runtime_binary_and_systemd_cgroups);
+async fn the_cri_runtimes_options_choose_the_runtime_binary_and_systemd_cgroups(version: Version) {
+    let tools = tempfile::tempdir().expect("tempdir");
+    let calls = tools.path().join("calls.log");
+    let wrapper = logging_runc(tools.path(), &calls);
+    // The runtime's options table, as kubeadm-made nodes write it for runc. containerd 2.x
+    // hands the table to the shim (config_body); 1.6 only its ConfigPath, a file of the keys.
+    let keys = format!(
+        "BinaryName = \"{}\"\nSystemdCgroup = true\n",
+        wrapper.display()
+    );
+    let options = match version {
+        Version::Debian => {
+            let file = tools.path().join("logged.toml");
+            std::fs::write(&file, &keys).expect("write the options file");
+            format!("ConfigPath = \"{}\"\n", file.display())
+        }
+        Version::V2 => keys,
+    };
+    let runtimes = format!(
+        "    [RUNTIMES.logged]\n      runtime_type = \"io.containerd.peapod.v2\"\n    \
+         [RUNTIMES.logged.options]\n{options}"
+    );
+    let mut ctd = Containerd::start_with(version, "peapod", &runtimes).await;
+    let pod = try_run_pod_in(&mut ctd, "ctd-logged", "logged", |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("RunPodSandbox with handler logged: {e}\n{}", ctd.log()));
+    let address = shim_address(&ctd.bundle(&pod.id));
+    let app = run_container_in(
+        &mut ctd,
+        &pod,
+        sh("app", BUSYBOX, "echo up; exec sleep 1000"),
+    )
+    .await;
+    wait_log(&mut ctd, &app, "up").await;
+
+    // The pause and the container were made by the binary the options name, with systemd's
+    // cgroup driver.
+    let log = std::fs::read_to_string(&calls).unwrap_or_default();
+    for id in [&pod.id, &app] {
+        assert!(
+            log.lines().any(|l| l.contains("--systemd-cgroup")
+                && (l.contains(" create ") || l.contains(" run "))
+                && l.ends_with(id.as_str())),
+            "no `{} --systemd-cgroup … create (or run) … {id}` in:\n{log}",
+            wrapper.display()
+        );
+    }
+    assert!(
+        log.lines().all(|l| l.contains("--systemd-cgroup")),
+        "a runtime command without --systemd-cgroup:\n{log}"
+    );
+
+    remove_container(&mut ctd, &app).await;
+    remove_pod_in(&mut ctd, &pod).await;
+    wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
+    assert_eq!(leftovers(&ctd), Vec::<String>::new());
+}
+
+both_versions!(a_killed_shim_is_cleaned_up_by_its_delete_action);
+async fn a_killed_shim_is_cleaned_up_by_its_delete_action(version: Version) {
+    let mut ctd = Containerd::start(version, "peapod").await;
     let pod = run_pod_in(&mut ctd, "ctd-shimkill", |_| {}).await;
     let app = run_container_in(&mut ctd, &pod, sh("app", BUSYBOX, "exec sleep 100000")).await;
     let app_pid = container_pid(&mut ctd, &app).await;
@@ -428,13 +579,15 @@ async fn a_killed_shim_is_cleaned_up_by_its_delete_action() {
 }
 
 /// The containerd namespace of the `ctr` test (not the CRI's).
-const CTR_NS: &str = "peapod-ctr";
+fn ctr_ns(ctd: &Containerd) -> String {
+    ctd.api_namespace(e2e::containerd::API_NAMESPACES[0])
+}
 
 /// Polls `check` on `ctr task ls` output until it holds.
 async fn wait_tasks(ctd: &Containerd, what: &str, check: impl Fn(&str) -> bool) {
     let deadline = Instant::now() + LIMIT;
     loop {
-        let ls = ctd.ctr(CTR_NS, &["task", "ls"]);
+        let ls = ctd.ctr(&ctr_ns(ctd), &["task", "ls"]);
         if check(&ls) {
             return;
         }
@@ -465,18 +618,19 @@ fn task_line<'a>(ls: &'a str, id: &str) -> &'a str {
         .unwrap_or("")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn containerds_own_api_drives_the_peapod_runtime() {
-    let ctd = Containerd::start("peapod").await;
+both_versions!(containerds_own_api_drives_the_peapod_runtime);
+async fn containerds_own_api_drives_the_peapod_runtime(version: Version) {
+    let ctd = Containerd::start(version, "peapod").await;
+    let ns = ctr_ns(&ctd);
     ctd.import(
-        CTR_NS,
+        &ns,
         BUSYBOX,
         &peapod_image::testsupport::ImageSpec::busybox(),
     );
     let dir = ctd.dir.path().to_path_buf();
     // containerd's event stream, from before the first task.
     let events_file = dir.join("events.txt");
-    let mut events = std::process::Command::new("ctr")
+    let mut events = std::process::Command::new(ctd.program("ctr"))
         .arg("--address")
         .arg(&ctd.socket)
         .arg("events")
@@ -487,7 +641,7 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
     let mut n = 0;
     loop {
         n += 1;
-        ctd.ctr(CTR_NS, &["namespaces", "create", &format!("sync-{n}")]);
+        ctd.ctr(&ns, &["namespaces", "create", &format!("sync-{n}")]);
         let text = std::fs::read_to_string(&events_file).unwrap_or_default();
         if text.contains("/namespaces/create") {
             break;
@@ -499,7 +653,7 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
     // A task with its output in a file (a file:// log URI).
     let log = dir.join("c1.log");
     ctd.ctr(
-        CTR_NS,
+        &ns,
         &[
             "run",
             "-d",
@@ -522,7 +676,7 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
 
     // Exec, pause and resume.
     let out = ctd.ctr(
-        CTR_NS,
+        &ns,
         &[
             "task",
             "exec",
@@ -535,9 +689,9 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
         ],
     );
     assert_eq!(out, "exec-out\n");
-    ctd.ctr(CTR_NS, &["task", "pause", "c1"]);
+    ctd.ctr(&ns, &["task", "pause", "c1"]);
     wait_tasks(&ctd, "paused", |ls| task_line(ls, "c1").contains("PAUSED")).await;
-    ctd.ctr(CTR_NS, &["task", "resume", "c1"]);
+    ctd.ctr(&ns, &["task", "resume", "c1"]);
     wait_tasks(&ctd, "resumed", |ls| {
         task_line(ls, "c1").contains("RUNNING")
     })
@@ -557,7 +711,7 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
     std::fs::set_permissions(&logger, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod logger");
     ctd.ctr(
-        CTR_NS,
+        &ns,
         &[
             "run",
             "-d",
@@ -573,12 +727,12 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
         ],
     );
     let text = wait_file_contains(&logged, "via-logger\n").await;
-    assert!(text.starts_with(&format!("{CTR_NS}/c2\n")), "{text:?}");
+    assert!(text.starts_with(&format!("{ns}/c2\n")), "{text:?}");
 
     // An OOM kill in a container that lives on is reported when it happens.
     let c3_log = dir.join("c3.log");
     ctd.ctr(
-        CTR_NS,
+        &ns,
         &[
             "run",
             "-d",
@@ -603,21 +757,21 @@ async fn containerds_own_api_drives_the_peapod_runtime() {
         "no TaskOOM for c3:\n{text}"
     );
     assert!(
-        task_line(&ctd.ctr(CTR_NS, &["task", "ls"]), "c3").contains("RUNNING"),
+        task_line(&ctd.ctr(&ns, &["task", "ls"]), "c3").contains("RUNNING"),
         "c3 should live on after its child's OOM kill"
     );
 
     // Kill, wait for the exit, delete.
     for id in ["c1", "c2", "c3"] {
-        ctd.ctr(CTR_NS, &["task", "kill", "-s", "SIGKILL", id]);
+        ctd.ctr(&ns, &["task", "kill", "-s", "SIGKILL", id]);
         wait_tasks(&ctd, "stopped", |ls| task_line(ls, id).contains("STOPPED")).await;
-        ctd.ctr(CTR_NS, &["task", "delete", id]);
-        ctd.ctr(CTR_NS, &["container", "delete", id]);
+        ctd.ctr(&ns, &["task", "delete", id]);
+        ctd.ctr(&ns, &["container", "delete", id]);
     }
     wait_tasks(&ctd, "deleted", |ls| ls.lines().count() <= 1).await;
 
     // Every task event reached containerd's event stream, the exit with its status.
-    ctd.ctr(CTR_NS, &["namespaces", "create", "sync-end"]);
+    ctd.ctr(&ns, &["namespaces", "create", "sync-end"]);
     let text = wait_file_contains(&events_file, "sync-end").await;
     let _ = events.kill();
     let _ = events.wait();
@@ -694,8 +848,8 @@ fn runtime_spec(args: &[&str], cgroups_path: &str) -> serde_json::Value {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_containerd_client_crate_drives_the_peapod_runtime() {
+both_versions!(the_containerd_client_crate_drives_the_peapod_runtime);
+async fn the_containerd_client_crate_drives_the_peapod_runtime(version: Version) {
     use containerd_client::services::v1::{
         container::Runtime, Container, CreateContainerRequest, CreateNamespaceRequest,
         CreateTaskRequest, DeleteContainerRequest, DeleteProcessRequest, DeleteTaskRequest,
@@ -704,10 +858,11 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
     use containerd_client::{events::TaskExit, types::Mount, with_namespace};
     use prost::Message;
     use tonic::Request;
-    const NS: &str = "peapod-client";
     const ID: &str = "client1";
 
-    let ctd = Containerd::start("peapod").await;
+    let ctd = Containerd::start(version, "peapod").await;
+    let ns = ctd.api_namespace(e2e::containerd::API_NAMESPACES[1]);
+    let ns = ns.as_str();
     let client = containerd_client::Client::from_path(&ctd.socket)
         .await
         .expect("connect to containerd");
@@ -739,7 +894,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
                         ..Default::default()
                     }),
                 },
-                NS
+                ns
             ))
             .await
             .expect("create a namespace");
@@ -780,7 +935,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
             CreateContainerRequest {
                 container: Some(container)
             },
-            NS
+            ns
         ))
         .await
         .expect("create container");
@@ -802,7 +957,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
                 stdout: stdout.display().to_string(),
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .unwrap_or_else(|e| panic!("create task: {e}\n{}", ctd.log()))
@@ -814,7 +969,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
                 container_id: ID.into(),
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .expect("start task");
@@ -839,7 +994,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
                 }),
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .expect("exec");
@@ -849,7 +1004,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
                 container_id: ID.into(),
                 exec_id: "e1".into(),
             },
-            NS
+            ns
         ))
         .await
         .expect("start exec");
@@ -859,7 +1014,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
                 container_id: ID.into(),
                 exec_id: "e1".into(),
             },
-            NS
+            ns
         ))
         .await
         .expect("wait exec")
@@ -872,7 +1027,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
                 container_id: ID.into(),
                 exec_id: "e1".into(),
             },
-            NS
+            ns
         ))
         .await
         .expect("delete exec");
@@ -885,7 +1040,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
                 signal: 9,
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .expect("kill");
@@ -895,7 +1050,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
                 container_id: ID.into(),
                 ..Default::default()
             },
-            NS
+            ns
         ))
         .await
         .expect("wait task")
@@ -906,7 +1061,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
             DeleteTaskRequest {
                 container_id: ID.into()
             },
-            NS
+            ns
         ))
         .await
         .expect("delete task")
@@ -916,7 +1071,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
         .containers()
         .delete(with_namespace!(
             DeleteContainerRequest { id: ID.into() },
-            NS
+            ns
         ))
         .await
         .expect("delete container");
@@ -937,7 +1092,7 @@ async fn the_containerd_client_crate_drives_the_peapod_runtime() {
             .await
             .unwrap_or_else(|_| panic!("events seen: {seen:?}"))
             .expect("event stream");
-        if envelope.namespace != NS {
+        if envelope.namespace != ns {
             continue;
         }
         if envelope.topic == "/tasks/exit" {

@@ -256,10 +256,18 @@ mod tests {
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a valid C string.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o622) }, 0);
-        // An init that has exited.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
+        // An init that has exited. It waits for its stdin to close until its pidfd is open: a
+        // reaper of a test running beside this one (runc.rs) reaps every child of the process,
+        // and a `true` could be gone before its pidfd was (ESRCH). The pidfd outlives the reap.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         let init = Pidfd::open(child.id()).unwrap();
-        child.wait().unwrap();
+        drop(child.stdin.take());
+        // ECHILD when that reaper was first: then it is gone all the same.
+        let _ = child.wait();
         let err = release(&fifo, &init).unwrap_err();
         assert!(err.contains("already dead"), "{err}");
         assert!(

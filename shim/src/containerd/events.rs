@@ -15,7 +15,7 @@ use containerd_shim_protos::shim::events::ForwardRequest;
 use containerd_shim_protos::shim_async::{Client, EventsClient};
 use peapod_host::timefmt;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Events waiting to be delivered; past this, new events are dropped (and said so).
 const QUEUE: usize = 1024;
@@ -27,6 +27,8 @@ struct Event {
     topic: &'static str,
     timestamp: i64,
     any: Any,
+    /// Told once containerd has taken the event (dropped if it never did).
+    delivered: Option<oneshot::Sender<()>>,
 }
 
 /// The sending side; cheap to clone.
@@ -48,6 +50,28 @@ impl Publisher {
 
     /// Queues `event` under `topic` (a `containerd_shim_protos::topics` constant).
     pub fn publish<M: Message + MessageDyn>(&self, topic: &'static str, event: &M) {
+        self.queue(topic, event, None);
+    }
+
+    /// [`Publisher::publish`], and a receiver answered once containerd has taken the event; it
+    /// errs if the event was dropped or never delivered. None without a containerd to send to.
+    pub fn publish_confirmed<M: Message + MessageDyn>(
+        &self,
+        topic: &'static str,
+        event: &M,
+    ) -> Option<oneshot::Receiver<()>> {
+        self.tx.as_ref()?;
+        let (delivered, confirmed) = oneshot::channel();
+        self.queue(topic, event, Some(delivered));
+        Some(confirmed)
+    }
+
+    fn queue<M: Message + MessageDyn>(
+        &self,
+        topic: &'static str,
+        event: &M,
+        delivered: Option<oneshot::Sender<()>>,
+    ) {
         let Some(tx) = &self.tx else { return };
         let value = match event.write_to_bytes() {
             Ok(v) => v,
@@ -64,6 +88,7 @@ impl Publisher {
             topic,
             timestamp: timefmt::now_ns(),
             any,
+            delivered,
         });
         if queued.is_err() {
             eprintln!("containerd-shim-peapod-v2: event queue full, dropped {topic}");
@@ -89,12 +114,12 @@ async fn connect(address: &str) -> Option<EventsClient> {
 
 async fn deliver(address: String, namespace: String, mut rx: mpsc::Receiver<Event>) {
     let mut client: Option<EventsClient> = None;
-    while let Some(event) = rx.recv().await {
+    while let Some(mut event) = rx.recv().await {
         let mut envelope = Envelope::new();
         envelope.timestamp = MessageField::some(timestamp(event.timestamp));
         envelope.namespace = namespace.clone();
         envelope.topic = event.topic.to_string();
-        envelope.event = MessageField::some(event.any);
+        envelope.event = MessageField::some(std::mem::take(&mut event.any));
         let mut req = ForwardRequest::new();
         req.envelope = MessageField::some(envelope);
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
@@ -107,7 +132,12 @@ async fn deliver(address: String, namespace: String, mut rx: mpsc::Receiver<Even
                 let mut ctx = ttrpc::context::with_timeout(REQUEST_TIMEOUT.as_nanos() as i64);
                 ctx.add("containerd-namespace".into(), namespace.clone());
                 match c.forward(ctx, &req).await {
-                    Ok(_) => break,
+                    Ok(_) => {
+                        if let Some(delivered) = event.delivered.take() {
+                            let _ = delivered.send(());
+                        }
+                        break;
+                    }
                     Err(_) => client = None,
                 }
             }

@@ -1,6 +1,7 @@
 //! containerd's command line for a shim, in Go `flag` syntax: `-name value`, `-name=value`,
 //! `--name value`, boolean `-debug`, then the action.
 
+use super::options::RuntimeOptions;
 use std::path::PathBuf;
 
 pub const USAGE: &str = "usage: containerd-shim-peapod-v2 -namespace NS -address SOCK \
@@ -18,6 +19,9 @@ pub struct Flags {
     pub debug: bool,
     /// The shim's own socket (for `serve`, which `start` runs).
     pub socket: Option<PathBuf>,
+    /// The runtime options `start` read (for `serve`): `-runtime-binary`, `-runtime-root`,
+    /// `-systemd-cgroup`.
+    pub runtime: RuntimeOptions,
     pub action: String,
 }
 
@@ -38,11 +42,14 @@ impl Flags {
                 Some((name, value)) => (name, Some(value.to_string())),
                 None => (flag, None),
             };
-            if matches!(name, "debug" | "v") {
-                flags.debug = name == "debug" && inline.as_deref() != Some("false");
-                if name == "v" {
-                    flags.action = "version".into();
-                }
+            let on = inline.as_deref() != Some("false");
+            match name {
+                "debug" => flags.debug = on,
+                "systemd-cgroup" => flags.runtime.systemd_cgroup = on,
+                "v" => flags.action = "version".into(),
+                _ => {}
+            }
+            if matches!(name, "debug" | "v" | "systemd-cgroup") {
                 continue;
             }
             let value = match inline {
@@ -58,6 +65,8 @@ impl Flags {
                 "id" => flags.id = value,
                 "bundle" => flags.bundle = Some(PathBuf::from(value)),
                 "socket" => flags.socket = Some(PathBuf::from(value)),
+                "runtime-binary" => flags.runtime.binary = Some(value),
+                "runtime-root" => flags.runtime.root = Some(PathBuf::from(value)),
                 other => return Err(format!("unknown flag -{other}")),
             }
         }
@@ -136,5 +145,31 @@ mod tests {
             .unwrap_err()
             .contains("action"));
         assert_eq!(parse(&["-v"]).unwrap().action, "version");
+    }
+
+    #[test]
+    fn reads_the_runtime_options_start_passes_to_serve() {
+        let f = parse(&[
+            "-namespace",
+            "k8s.io",
+            "-id",
+            "pod",
+            "-runtime-binary",
+            "/usr/sbin/runc",
+            "-runtime-root=/run/r",
+            "-systemd-cgroup",
+            "serve",
+        ])
+        .unwrap();
+        assert_eq!(
+            f.runtime,
+            RuntimeOptions {
+                binary: Some("/usr/sbin/runc".into()),
+                root: Some("/run/r".into()),
+                systemd_cgroup: true,
+            }
+        );
+        let f = parse(&["-namespace", "n", "-id", "x", "serve"]).unwrap();
+        assert_eq!(f.runtime, RuntimeOptions::default());
     }
 }

@@ -1,14 +1,17 @@
 //! containerd's launch protocol: `start` returns the ttrpc address of the pod's shim, starting
 //! it if needed; `delete` cleans up a container whose shim is gone.
 //!
-//! containerd runs `start` with the container's bundle as working directory and reads its
-//! combined stdout and stderr as the address, so `start` prints nothing else. Containers of one
+//! containerd runs `start` with the container's bundle as working directory, writes the task's
+//! runtime options (and, from 2.3, more: [`super::bootstrap`]) to its stdin and reads its
+//! combined stdout and stderr as the answer, so `start` prints nothing else. Containers of one
 //! pod share one shim: their bundles carry the CRI's `io.kubernetes.cri.sandbox-id`
 //! annotation, and the shim's socket is named after it. containerd reconnects after its own
 //! restart from the `address` file in each bundle, so the shim is started in a session of its
 //! own and outlives containerd.
 
+use super::bootstrap::StartInput;
 use super::flags::Flags;
+use super::options::{self, RuntimeOptions};
 use super::{mounts, PROGRAM};
 use containerd_shim_protos::api::DeleteResponse;
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
@@ -34,12 +37,6 @@ const SERVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The exit status reported for a container whose shim died without recording its exit
 /// (128 + SIGKILL, as containerd's own shims report).
 const UNKNOWN_EXIT_STATUS: u32 = 128 + 9;
-
-/// The OCI runtime's state directory for a containerd namespace (runc-v2's, so that
-/// `runc --root /run/containerd/runc/k8s.io list` shows every container of the namespace).
-pub fn runtime_root(namespace: &str) -> PathBuf {
-    Path::new("/run/containerd/runc").join(namespace)
-}
 
 /// The id that groups containers into one shim: the pod's sandbox id, else the container's.
 fn group_id(bundle: &Path, id: &str) -> String {
@@ -96,8 +93,17 @@ fn write_file(path: &Path, contents: &str) -> Result<(), String> {
 }
 
 /// `start`: prints the address of the pod's shim, launching it first if it is not running.
+/// A shim launched here runs its tasks with this task's runtime options; a task of the pod
+/// with other options is refused at its Create ([`super::task`]).
 pub fn start(flags: &Flags) -> Result<(), String> {
+    use std::io::IsTerminal;
     let bundle = flags.bundle_dir()?;
+    let stdin = std::io::stdin();
+    let input = StartInput::read(stdin.lock(), stdin.is_terminal(), &flags.id)
+        .map_err(|e| format!("read containerd's input: {e}"))?;
+    let runtime = options::decode(input.options.as_ref()).map_err(|e| e.to_string())?;
+    // For `delete`, which containerd runs with nothing but the bundle once the shim is gone.
+    runtime.save(&bundle)?;
     let group = group_id(&bundle, &flags.id);
     let socket = socket_path(&flags.address, &flags.namespace, &group);
     let address = format!("unix://{}", socket.display());
@@ -108,18 +114,26 @@ pub fn start(flags: &Flags) -> Result<(), String> {
         .map_err(|e| format!("create {SOCKET_DIR}: {e}"))?;
     let _lock = GroupLock::take(&socket.with_extension("lock"))?;
     if !answers(&socket) {
-        let pid = launch(flags, &bundle, &group, &socket)?;
+        let pid = launch(flags, &runtime, &bundle, &group, &socket)?;
         write_file(&bundle.join("shim.pid"), &pid.to_string())?;
     }
     write_file(&bundle.join("address"), &address)?;
-    print!("{address}");
-    std::io::stdout()
-        .flush()
+    let answer = input.answer(&address)?;
+    let mut out = std::io::stdout();
+    out.write_all(&answer)
+        .and_then(|_| out.flush())
         .map_err(|e| format!("write the address: {e}"))
 }
 
-/// Starts `serve` detached for `group` and waits until it answers on `socket`; its pid.
-fn launch(flags: &Flags, bundle: &Path, group: &str, socket: &Path) -> Result<u32, String> {
+/// Starts `serve` detached for `group` with `runtime`'s options and waits until it answers on
+/// `socket`; its pid.
+fn launch(
+    flags: &Flags,
+    runtime: &RuntimeOptions,
+    bundle: &Path,
+    group: &str,
+    socket: &Path,
+) -> Result<u32, String> {
     let _ = std::fs::remove_file(socket);
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
     // The shim's own messages: containerd reads only what `start` prints.
@@ -137,6 +151,7 @@ fn launch(flags: &Flags, bundle: &Path, group: &str, socket: &Path) -> Result<u3
         .args(["-id", group])
         .arg("-socket")
         .arg(socket)
+        .args(runtime.to_args())
         .arg("serve")
         .current_dir(bundle)
         .stdin(Stdio::null())
@@ -186,9 +201,13 @@ fn remove_dead_socket(bundle: &Path) {
 /// recorded, if it lived to record one.
 pub fn delete(flags: &Flags) -> Result<(), String> {
     let bundle = flags.bundle_dir()?;
-    let runtime = Command::new("runc")
-        .arg("--root")
-        .arg(runtime_root(&flags.namespace))
+    let options = RuntimeOptions::saved(&bundle);
+    let mut runc = Command::new(options.binary());
+    runc.arg("--root").arg(options.root(&flags.namespace));
+    if options.systemd_cgroup {
+        runc.arg("--systemd-cgroup");
+    }
+    let runtime = runc
         .args(["delete", "--force", &flags.id])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -196,11 +215,12 @@ pub fn delete(flags: &Flags) -> Result<(), String> {
         .output();
     match runtime {
         Ok(out) if !out.status.success() => eprintln!(
-            "{PROGRAM}: runc delete {}: {}",
+            "{PROGRAM}: {} delete {}: {}",
+            options.binary(),
             flags.id,
             String::from_utf8_lossy(&out.stderr).trim()
         ),
-        Err(err) => eprintln!("{PROGRAM}: cannot run runc: {err}"),
+        Err(err) => eprintln!("{PROGRAM}: cannot run {}: {err}", options.binary()),
         Ok(_) => {}
     }
     if let Err(err) = mounts::unmount_rootfs(&bundle) {

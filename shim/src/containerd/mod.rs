@@ -8,6 +8,10 @@
 //! ```
 //!
 //! - `flags`: containerd's command line (Go `flag` syntax);
+//! - `bootstrap`: what containerd writes to `start`'s stdin and expects on its stdout (1.6's
+//!   options and plain address; 2.3+'s BootstrapParams and BootstrapResult);
+//! - `options`: containerd's runtime options (`containerd.runc.v1.Options`, the CRI's
+//!   `runtimeoptions.v1.Options`): BinaryName, Root, SystemdCgroup;
 //! - `launch`: `start` (one shim per pod, grouped by the CRI sandbox id; socket, `address` and
 //!   `shim.pid` files) and `delete` (cleanup after a shim that is gone);
 //! - `serve`: the detached shim process: the Task service under both of containerd's names;
@@ -17,11 +21,13 @@
 //! - `oom`: TaskOOM as the memory cgroup reports it;
 //! - `stats`: cgroup v1 metrics of a container.
 
+mod bootstrap;
 mod events;
 mod flags;
 mod launch;
 mod mounts;
 mod oom;
+mod options;
 mod serve;
 mod stats;
 mod task;

@@ -6,7 +6,6 @@
 
 use super::events::Publisher;
 use super::flags::Flags;
-use super::launch;
 use super::task::ContainerdTask;
 use crate::backend::runc::Runc;
 use crate::backend::Backends;
@@ -21,9 +20,6 @@ use tokio::sync::Notify;
 
 const TASK_V3: &str = "containerd.task.v3.Task";
 const TASK_V2: &str = "containerd.task.v2.Task";
-
-/// The OCI runtime binary (runc-compatible; on PATH).
-const RUNTIME: &str = "runc";
 
 pub fn serve(flags: &Flags) -> Result<(), String> {
     let socket = flags
@@ -47,12 +43,15 @@ pub fn serve(flags: &Flags) -> Result<(), String> {
 
 async fn run(flags: &Flags, socket: &Path, ready: Option<OwnedFd>) -> Result<(), String> {
     let reaper = Reaper::start().map_err(|e| format!("cannot watch SIGCHLD: {e}"))?;
-    let runtime_root = launch::runtime_root(&flags.namespace);
+    let options = &flags.runtime;
+    let runtime_root = options.root(&flags.namespace);
     std::fs::create_dir_all(&runtime_root)
         .map_err(|e| format!("create {}: {e}", runtime_root.display()))?;
     let shutdown = Arc::new(Notify::new());
-    // runc for every command: the native paths are peapod's daemon's to ask for.
-    let runc = Runc::new(RUNTIME.to_string(), runtime_root, reaper.clone());
+    // The runtime CLI for every command, as containerd's runtime options say: the native
+    // paths are peapod's daemon's to ask for.
+    let runc = Runc::new(options.binary().to_string(), runtime_root, reaper.clone())
+        .with_systemd_cgroup(options.systemd_cgroup);
     let tasks = Arc::new(TaskService::new(
         Backends::runtime_only(Arc::new(runc)),
         Arc::new(HostProcesses::new(reaper)),
@@ -61,7 +60,7 @@ async fn run(flags: &Flags, socket: &Path, ready: Option<OwnedFd>) -> Result<(),
         shutdown.clone(),
     ));
     let events = Publisher::start(std::env::var("TTRPC_ADDRESS").ok(), flags.namespace.clone());
-    let task = Arc::new(ContainerdTask::new(tasks, events));
+    let task = Arc::new(ContainerdTask::new(tasks, events, options.clone()));
     let mut services = create_task(task.clone());
     let mut v2 = create_task(task);
     if let Some(service) = v2.remove(TASK_V3) {

@@ -1,9 +1,14 @@
 //! Stats of a container as containerd's cgroup `Metrics` (types `io.containerd.cgroups.v1.
 //! Metrics` and, on a unified hierarchy, `io.containerd.cgroups.v2.Metrics`, which the CRI plugin
 //! decodes for ContainerStats), read from the cgroups of the container's init process.
+//!
+//! The cgroups are found once, while the init runs ([`CgroupDirs::of_pid`]), and kept: after the
+//! init exits, until the Delete, containerd still asks (2.x's CRI polls every task each second,
+//! and reads `oom_kill` when a container exits with status 137), and the container's cgroups
+//! are still there to read, as runc's shim reads them.
 
 use containerd_shim_protos::cgroups::metrics::{
-    CPUStat, CPUUsage, MemoryEntry, MemoryStat, Metrics, PidsStat, Throttle,
+    CPUStat, CPUUsage, MemoryEntry, MemoryOomControl, MemoryStat, Metrics, PidsStat, Throttle,
 };
 use containerd_shim_protos::cgroups_v2::metrics as v2;
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
@@ -117,12 +122,17 @@ fn cpu(acct: Option<&PathBuf>, cpu: Option<&PathBuf>) -> CPUStat {
     c
 }
 
-/// The metrics of the cgroups `pid` is in, under the v1 hierarchy at `root`.
-pub fn metrics(pid: u32, root: &Path) -> std::io::Result<Metrics> {
-    let dirs = cgroup_dirs(pid, root)?;
+/// The metrics of the v1 cgroups `dirs` (controller to directory).
+fn metrics(dirs: &HashMap<String, PathBuf>) -> Metrics {
     let mut m = Metrics::new();
     if let Some(dir) = dirs.get("memory") {
         m.memory = MessageField::some(memory(dir));
+        let control = read_keyed(dir, "memory.oom_control");
+        let mut oom = MemoryOomControl::new();
+        oom.oom_kill_disable = control.get("oom_kill_disable").copied().unwrap_or(0);
+        oom.under_oom = control.get("under_oom").copied().unwrap_or(0);
+        oom.oom_kill = control.get("oom_kill").copied().unwrap_or(0);
+        m.memory_oom_control = MessageField::some(oom);
     }
     m.cpu = MessageField::some(cpu(dirs.get("cpuacct"), dirs.get("cpu")));
     if let Some(dir) = dirs.get("pids") {
@@ -132,26 +142,59 @@ pub fn metrics(pid: u32, root: &Path) -> std::io::Result<Metrics> {
         p.limit = read_u64(dir, "pids.max");
         m.pids = MessageField::some(p);
     }
-    Ok(m)
+    m
 }
 
-/// The metrics of `pid`'s cgroup as the Any of a StatsResponse: v2 when `root` is a unified
-/// hierarchy, v1 otherwise.
-pub fn metrics_any(pid: u32, root: &Path) -> std::io::Result<Any> {
-    let mut any = Any::new();
-    if root.join("cgroup.controllers").exists() {
-        let dir = unified_dir(pid, root)?;
-        any.type_url = METRICS_V2_TYPE_URL.to_string();
-        any.value = metrics_v2(&dir)
-            .write_to_bytes()
-            .map_err(std::io::Error::other)?;
-    } else {
-        any.type_url = METRICS_V1_TYPE_URL.to_string();
-        any.value = metrics(pid, root)?
-            .write_to_bytes()
-            .map_err(std::io::Error::other)?;
+/// A container's cgroups, as its init process was in them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CgroupDirs {
+    /// Each controller's directory in the v1 hierarchies.
+    V1(HashMap<String, PathBuf>),
+    /// The directory in the unified hierarchy.
+    Unified(PathBuf),
+}
+
+impl CgroupDirs {
+    /// The cgroups of process `pid`: in the unified hierarchy when `root` is one, else v1's.
+    pub fn of_pid(pid: u32, root: &Path) -> std::io::Result<CgroupDirs> {
+        if root.join("cgroup.controllers").exists() {
+            unified_dir(pid, root).map(CgroupDirs::Unified)
+        } else {
+            cgroup_dirs(pid, root).map(CgroupDirs::V1)
+        }
     }
-    Ok(any)
+
+    /// Whether the cgroup (v1: the memory cgroup) is still there: removed, it has no metrics,
+    /// only zeros.
+    fn exists(&self) -> bool {
+        match self {
+            CgroupDirs::V1(dirs) => dirs.get("memory").is_none_or(|d| d.is_dir()),
+            CgroupDirs::Unified(dir) => dir.is_dir(),
+        }
+    }
+
+    /// The metrics as the Any of a StatsResponse; NotFound once the cgroup is gone.
+    pub fn metrics_any(&self) -> std::io::Result<Any> {
+        if !self.exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the container's cgroup is gone",
+            ));
+        }
+        let mut any = Any::new();
+        let value = match self {
+            CgroupDirs::Unified(dir) => {
+                any.type_url = METRICS_V2_TYPE_URL.to_string();
+                metrics_v2(dir).write_to_bytes()
+            }
+            CgroupDirs::V1(dirs) => {
+                any.type_url = METRICS_V1_TYPE_URL.to_string();
+                metrics(dirs).write_to_bytes()
+            }
+        };
+        any.value = value.map_err(std::io::Error::other)?;
+        Ok(any)
+    }
 }
 
 /// `pid`'s cgroup directory in the unified hierarchy at `root` (the `0::PATH` line).
@@ -219,6 +262,15 @@ pub fn metrics_v2(dir: &Path) -> v2::Metrics {
     pids.current = read_u64(dir, "pids.current");
     pids.limit = read_u64(dir, "pids.max");
     m.pids = MessageField::some(pids);
+    let events = read_keyed(dir, "memory.events");
+    let get = |k: &str| events.get(k).copied().unwrap_or(0);
+    let mut e = v2::MemoryEvents::new();
+    e.low = get("low");
+    e.high = get("high");
+    e.max = get("max");
+    e.oom = get("oom");
+    e.oom_kill = get("oom_kill");
+    m.memory_events = MessageField::some(e);
     m
 }
 
@@ -237,9 +289,44 @@ mod tests {
             return;
         };
         assert!(dir.starts_with(root.join("memory")), "{}", dir.display());
-        let m = metrics(std::process::id(), root).unwrap();
+        let m = metrics(&dirs);
         assert!(m.memory.usage.usage > 0, "{m:?}");
         assert!(m.cpu.usage.total > 0, "{m:?}");
+        assert!(m.memory_oom_control.is_some(), "{m:?}");
+        let any = CgroupDirs::of_pid(std::process::id(), root)
+            .unwrap()
+            .metrics_any()
+            .unwrap();
+        assert_eq!(any.type_url, METRICS_V1_TYPE_URL);
+    }
+
+    #[test]
+    fn kept_cgroups_answer_until_they_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = dir.path().join("memory/pod/c1");
+        std::fs::create_dir_all(&memory).unwrap();
+        std::fs::write(memory.join("memory.usage_in_bytes"), "4096\n").unwrap();
+        std::fs::write(
+            memory.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        )
+        .unwrap();
+        let dirs = CgroupDirs::V1(HashMap::from([("memory".to_string(), memory.clone())]));
+        let any = dirs.metrics_any().unwrap();
+        let m = Metrics::parse_from_bytes(&any.value).unwrap();
+        assert_eq!(m.memory.usage.usage, 4096);
+        assert_eq!(
+            m.memory_oom_control.oom_kill, 2,
+            "what containerd 2.x reads at exit 137"
+        );
+        std::fs::remove_dir_all(&memory).unwrap();
+        let err = dirs.metrics_any().unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+        let gone = CgroupDirs::Unified(dir.path().join("unified/gone"));
+        assert_eq!(
+            gone.metrics_any().unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
     }
 
     #[test]
@@ -256,7 +343,9 @@ mod tests {
         );
         write("pids.current", "3\n");
         write("pids.max", "max\n");
+        write("memory.events", "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n");
         let m = metrics_v2(d);
+        assert_eq!((m.memory_events.max, m.memory_events.oom_kill), (4, 1));
         assert_eq!(m.memory.usage, 1 << 20);
         assert_eq!(m.memory.usage_limit, u64::MAX);
         assert_eq!(

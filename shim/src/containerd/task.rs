@@ -4,7 +4,9 @@
 //! containers.
 
 use super::events::Publisher;
-use super::{mounts, oom, stats};
+use super::options::{self, RuntimeOptions};
+use super::stats::CgroupDirs;
+use super::{mounts, oom};
 use crate::error::ShimError;
 use crate::task::TaskService;
 use crate::task_api::TaskApi;
@@ -19,7 +21,7 @@ use containerd_shim_protos::topics;
 use containerd_shim_protos::types::task::Status;
 use peapod_host::sync::LockUnpoisoned;
 use peapod_shim::protocol;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -63,6 +65,14 @@ pub struct ContainerdTask {
     /// Bumped whenever an exec starts or is deleted: containerd waits for an exec before it
     /// starts it, and the Task service has no exit to wait on until then.
     exec_changed: watch::Sender<u64>,
+    /// The runtime options the shim runs every task with: those of the task whose `start`
+    /// launched it ([`super::launch`]).
+    runtime: RuntimeOptions,
+    /// Containers whose init exited and whose TaskExit containerd has not taken yet (it was
+    /// down): see [`ContainerdTask::pids`]'s use of it.
+    unreported_exits: Arc<Mutex<HashSet<String>>>,
+    /// Each started container's cgroups, for Stats until its Delete ([`super::stats`]).
+    cgroups: Mutex<HashMap<String, CgroupDirs>>,
 }
 
 fn status(code: ttrpc::Code, message: impl Into<String>) -> ttrpc::Error {
@@ -90,7 +100,11 @@ fn hold_fifo(path: &str) -> Option<OwnedFd> {
 }
 
 impl ContainerdTask {
-    pub fn new(tasks: Arc<TaskService>, events: Publisher) -> ContainerdTask {
+    pub fn new(
+        tasks: Arc<TaskService>,
+        events: Publisher,
+        runtime: RuntimeOptions,
+    ) -> ContainerdTask {
         ContainerdTask {
             api: TaskApi(tasks.clone()),
             tasks,
@@ -98,7 +112,28 @@ impl ContainerdTask {
             held: Mutex::new(HashMap::new()),
             cgroup_root: PathBuf::from(peapod_host::cgroup::DEFAULT_ROOT),
             exec_changed: watch::channel(0).0,
+            runtime,
+            unreported_exits: Arc::default(),
+            cgroups: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Checks that a create's runtime options are the shim's: one shim runs one pod, and one
+    /// pod one runtime handler, so options that differ mean a client mixed handlers in a pod,
+    /// or a shim outlived a change of containerd's configuration. Neither can be honoured by
+    /// a runtime CLI already running the pod's other containers.
+    fn check_runtime_options(&self, req: &api::CreateTaskRequest) -> Result<(), ShimError> {
+        let asked = options::decode(req.options.as_ref())
+            .map_err(|e| ShimError::InvalidArgument(format!("task {}: {e}", req.id)))?;
+        if asked == self.runtime {
+            return Ok(());
+        }
+        Err(ShimError::FailedPrecondition(format!(
+            "task {} asks for runtime options ({asked}) that differ from those its pod's shim \
+             runs every task with ({}): the containers of a pod share one shim, and so one \
+             runtime handler",
+            req.id, self.runtime
+        )))
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
@@ -111,6 +146,7 @@ impl ContainerdTask {
     fn watch_exit(&self, id: &str, exec_id: &str, oom_at_exit: bool) {
         let tasks = self.tasks.clone();
         let events = self.events.clone();
+        let unreported = self.unreported_exits.clone();
         let (id, exec_id) = (id.to_string(), exec_id.to_string());
         tokio::spawn(async move {
             // An error means the process was deleted first: then there is no exit to tell.
@@ -122,17 +158,25 @@ impl ContainerdTask {
                 oom.container_id = id.clone();
                 events.publish(topics::TASK_OOM_EVENT_TOPIC, &oom);
             }
+            let init = exec_id.is_empty();
             let mut e = ev::TaskExit::new();
-            e.id = if exec_id.is_empty() {
-                id.clone()
-            } else {
-                exec_id
-            };
-            e.container_id = id;
+            e.id = if init { id.clone() } else { exec_id };
+            e.container_id = id.clone();
             e.pid = exit.pid;
             e.exit_status = exit.exit_code as u32;
             e.exited_at = timestamp(exit.exited_at_ns);
-            events.publish(topics::TASK_EXIT_EVENT_TOPIC, &e);
+            if !init {
+                events.publish(topics::TASK_EXIT_EVENT_TOPIC, &e);
+                return;
+            }
+            let Some(confirmed) = events.publish_confirmed(topics::TASK_EXIT_EVENT_TOPIC, &e)
+            else {
+                return;
+            };
+            unreported.lock_unpoisoned().insert(id.clone());
+            if confirmed.await.is_ok() {
+                unreported.lock_unpoisoned().remove(&id);
+            }
         });
     }
 
@@ -187,16 +231,23 @@ impl Task for ContainerdTask {
         if self.held().contains_key(&req.id) || self.tasks.task_pid(&req.id).is_some() {
             return Err(ShimError::AlreadyExists(format!("container {}", req.id)).into());
         }
-        // containerd's runtime options (runc.v1.Options) are not peapod's: with none, the
-        // Task service takes its stdio from the request's FIFOs.
+        // peapod's own create options pass through to the Task service; containerd's runtime
+        // options are the shim's (they must be its own), and with them gone the Task service
+        // takes its stdio from the request's FIFOs.
         if req
             .options
             .as_ref()
-            .is_some_and(|o| o.type_url != protocol::CREATE_OPTIONS_TYPE_URL)
+            .is_none_or(|o| o.type_url != protocol::CREATE_OPTIONS_TYPE_URL)
         {
+            self.check_runtime_options(&req)?;
             req.options = MessageField::none();
         }
         let bundle = PathBuf::from(&req.bundle);
+        // For `delete` after this shim is gone: containerd 2.x runs no `start` for a container
+        // joining its pod's shim, so this is the only place its bundle learns them.
+        self.runtime
+            .save(&bundle)
+            .map_err(|e| status(ttrpc::Code::INTERNAL, e))?;
         let mounted = !req.rootfs.is_empty();
         if mounted {
             mounts::mount_rootfs(&bundle, &req.rootfs)
@@ -264,6 +315,10 @@ impl Task for ContainerdTask {
         }
         let resp = started?;
         if req.exec_id.is_empty() {
+            // Now, while the init runs: its /proc entry goes with it.
+            if let Ok(dirs) = CgroupDirs::of_pid(resp.pid, &self.cgroup_root) {
+                self.cgroups.lock_unpoisoned().insert(req.id.clone(), dirs);
+            }
             let mut e = ev::TaskStart::new();
             e.container_id = req.id;
             e.pid = resp.pid;
@@ -308,6 +363,9 @@ impl Task for ContainerdTask {
         self.bump_execs();
         let resp = deleted?;
         if req.exec_id.is_empty() {
+            // The exit is in this answer: containerd has it now.
+            self.unreported_exits.lock_unpoisoned().remove(&req.id);
+            self.cgroups.lock_unpoisoned().remove(&req.id);
             self.release(&req.id);
             let mut e = ev::TaskDelete::new();
             e.container_id = req.id;
@@ -322,11 +380,30 @@ impl Task for ContainerdTask {
         Ok(resp)
     }
 
+    /// The container's processes; but for a container whose init exited while containerd could
+    /// not be told (it was down), FailedPrecondition until containerd has taken the TaskExit or
+    /// deleted the task. containerd 2.x, reloading its shims after a restart, cleans up as
+    /// leaked every task of a non-sandbox bundle whose Pids is empty (deleting it, so its CRI
+    /// then reports exit 255, "Unknown", for a container that exited with its own status
+    /// during the outage, as happens with containerd's runc shim); any error but NotFound
+    /// keeps the task, and the CRI reads the exit from State and Delete as containerd 1.x does.
     async fn pids(
         &self,
         ctx: &TtrpcContext,
         req: api::PidsRequest,
     ) -> TtrpcResult<api::PidsResponse> {
+        let exited = self
+            .tasks
+            .state(&req.id, "")
+            .is_ok_and(|s| s.status == Status::STOPPED);
+        if exited && self.unreported_exits.lock_unpoisoned().contains(&req.id) {
+            return Err(ShimError::FailedPrecondition(format!(
+                "container {} has exited and containerd has not taken its exit yet: it has no \
+                 processes, and its exit is read with State or Delete",
+                req.id
+            ))
+            .into());
+        }
         self.api.pids(ctx, req).await
     }
 
@@ -416,12 +493,27 @@ impl Task for ContainerdTask {
         _ctx: &TtrpcContext,
         req: api::StatsRequest,
     ) -> TtrpcResult<api::StatsResponse> {
-        let pid = self
-            .tasks
-            .task_pid(&req.id)
-            .ok_or(ShimError::ContainerNotFound { id: req.id.clone() })?;
-        let any = stats::metrics_any(pid, &self.cgroup_root)
-            .map_err(|e| ShimError::io(format!("cgroup stats of container {}", req.id), e))?;
+        let kept = self.cgroups.lock_unpoisoned().get(&req.id).cloned();
+        let dirs = match kept {
+            Some(dirs) => Ok(dirs),
+            // Started before its cgroups could be read (it exited at once), or not started.
+            None => {
+                let pid = self
+                    .tasks
+                    .task_pid(&req.id)
+                    .ok_or(ShimError::ContainerNotFound { id: req.id.clone() })?;
+                CgroupDirs::of_pid(pid, &self.cgroup_root)
+            }
+        };
+        // NotFound (no process, no cgroup left) is what containerd skips quietly: it asks every
+        // task, also one that exited and awaits its Delete.
+        let any = dirs.and_then(|d| d.metrics_any()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                ShimError::ContainerNotFound { id: req.id.clone() }
+            } else {
+                ShimError::io(format!("cgroup stats of container {}", req.id), e)
+            }
+        })?;
         let mut resp = api::StatsResponse::new();
         resp.stats = MessageField::some(any);
         Ok(resp)

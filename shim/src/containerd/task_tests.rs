@@ -16,6 +16,16 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with(RuntimeOptions::default())
+}
+
+/// A shim launched with `runtime`'s options.
+fn fixture_with(options: RuntimeOptions) -> Fixture {
+    fixture_full(options, Publisher::start(None, "ns".into()))
+}
+
+/// A shim launched with `runtime`'s options, publishing with `events`.
+fn fixture_full(options: RuntimeOptions, events: Publisher) -> Fixture {
     let processes = Arc::new(FakeProcesses::default());
     let runtime = Arc::new(FakeRuntime::new(processes.clone()));
     let dir = tempfile::tempdir().unwrap();
@@ -27,10 +37,7 @@ fn fixture() -> Fixture {
         shutdown.clone(),
     ));
     Fixture {
-        task: Arc::new(ContainerdTask::new(
-            tasks,
-            Publisher::start(None, "ns".into()),
-        )),
+        task: Arc::new(ContainerdTask::new(tasks, events, options)),
         processes,
         shutdown,
         dir,
@@ -207,6 +214,87 @@ async fn checkpoints_and_duplicates_are_refused_clearly() {
     );
 }
 
+/// `containerd.runc.v1.Options` with SystemdCgroup (field 9) and BinaryName (field 6).
+fn runc_options(systemd: bool, binary: &str) -> Any {
+    let mut value = Vec::new();
+    if !binary.is_empty() {
+        value.extend([6 << 3 | 2, binary.len() as u8]);
+        value.extend(binary.as_bytes());
+    }
+    if systemd {
+        value.extend([9 << 3, 1]);
+    }
+    let mut any = Any::new();
+    any.type_url = "containerd.runc.v1.Options".into();
+    any.value = value;
+    any
+}
+
+#[tokio::test]
+async fn a_create_whose_runtime_options_differ_from_the_shims_is_refused() {
+    let shims = RuntimeOptions {
+        binary: Some("/usr/sbin/runc".into()),
+        root: None,
+        systemd_cgroup: true,
+    };
+    let f = fixture_with(shims.clone());
+    let mut req = f.create_request("c1");
+    req.options = MessageField::some(runc_options(true, "/usr/sbin/runc"));
+    let bundle = PathBuf::from(&req.bundle);
+    f.task.create(&ctx(), req).await.unwrap();
+    // Kept in the bundle for `delete`, which containerd 2.x runs without a `start` before it
+    // for a container that joined its pod's shim.
+    assert_eq!(RuntimeOptions::saved(&bundle), shims);
+
+    let mut req = f.create_request("c2");
+    req.options = MessageField::some(runc_options(false, "/usr/sbin/runc"));
+    let err = f.task.create(&ctx(), req).await.unwrap_err();
+    let ttrpc::Error::RpcStatus(status) = err else {
+        panic!("not a status: {err:?}")
+    };
+    assert_eq!(status.code(), ttrpc::Code::FAILED_PRECONDITION);
+    assert!(
+        status.message.contains("SystemdCgroup false")
+            && status.message.contains("SystemdCgroup true")
+            && status.message.contains("c2"),
+        "{}",
+        status.message
+    );
+    // Nothing of c2 was made.
+    assert!(f.task.tasks.task_pid("c2").is_none());
+    assert!(!f.task.held().contains_key("c2"));
+    // No options at all are the defaults, which differ too.
+    let mut req = f.create_request("c3");
+    req.options = MessageField::none();
+    assert_eq!(
+        code(f.task.create(&ctx(), req).await),
+        ttrpc::Code::FAILED_PRECONDITION
+    );
+}
+
+#[tokio::test]
+async fn runtime_options_the_shim_cannot_read_are_refused() {
+    let f = fixture();
+    let mut req = f.create_request("c1");
+    let mut any = Any::new();
+    any.type_url = "io.containerd.kata.v2.Options".into();
+    req.options = MessageField::some(any);
+    let err = f.task.create(&ctx(), req).await.unwrap_err();
+    let ttrpc::Error::RpcStatus(status) = err else {
+        panic!("not a status: {err:?}")
+    };
+    assert_eq!(status.code(), ttrpc::Code::INVALID_ARGUMENT);
+    assert!(
+        status.message.contains("io.containerd.kata.v2.Options"),
+        "{}",
+        status.message
+    );
+    // A shim with the default options takes a create without any.
+    let mut req = f.create_request("c2");
+    req.options = MessageField::none();
+    f.task.create(&ctx(), req).await.unwrap();
+}
+
 #[tokio::test]
 async fn state_reports_the_stdio_paths_containerd_reattaches_to() {
     let f = fixture();
@@ -222,4 +310,50 @@ async fn state_reports_the_stdio_paths_containerd_reattaches_to() {
     assert_eq!(resp.stdout, out.display().to_string());
     assert_eq!(resp.stderr, out.display().to_string());
     assert_eq!(resp.stdin, "");
+}
+
+#[tokio::test]
+async fn pids_fail_while_containerd_has_not_taken_an_exit() {
+    // containerd is down: nothing listens at its address, so TaskExit stays undelivered.
+    let down = tempfile::tempdir().unwrap();
+    let address = format!("unix://{}", down.path().join("ttrpc.sock").display());
+    let f = fixture_full(
+        RuntimeOptions::default(),
+        Publisher::start(Some(address), "ns".into()),
+    );
+    let pid = f.running("c1").await;
+    let mut pids = api::PidsRequest::new();
+    pids.id = "c1".into();
+    let running = f.task.pids(&ctx(), pids.clone()).await.unwrap();
+    assert_eq!(running.processes.len(), 1);
+    assert_eq!(running.processes[0].pid, pid);
+
+    f.processes.exit(pid, 7);
+    let mut wait = api::WaitRequest::new();
+    wait.id = "c1".into();
+    assert_eq!(f.task.wait(&ctx(), wait).await.unwrap().exit_status, 7);
+    // The exit watch queues TaskExit on its own task, just after the exit.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match f.task.pids(&ctx(), pids.clone()).await {
+            Err(ttrpc::Error::RpcStatus(status)) => break status,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "Pids of an exited container with an undelivered exit: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(refused.code(), ttrpc::Code::FAILED_PRECONDITION);
+    assert!(refused.message.contains("c1"), "{}", refused.message);
+
+    // Delete answers the exit: from then on the exit is containerd's, and the task gone.
+    let mut delete = api::DeleteRequest::new();
+    delete.id = "c1".into();
+    assert_eq!(f.task.delete(&ctx(), delete).await.unwrap().exit_status, 7);
+    assert!(!f.task.unreported_exits.lock_unpoisoned().contains("c1"));
+    assert_ne!(
+        code(f.task.pids(&ctx(), pids).await),
+        ttrpc::Code::FAILED_PRECONDITION
+    );
 }

@@ -10,7 +10,7 @@
 //! and prints the mean RSS, PSS and private memory per shim from /proc/PID/smaps_rollup while
 //! all pods are up. Then it removes everything.
 
-use e2e::containerd::{Containerd, BUSYBOX};
+use e2e::containerd::{Containerd, Version, BUSYBOX};
 use e2e::fixtures::sandbox_config;
 use e2e::pods::sh;
 use peapod_proto::v1 as cri;
@@ -122,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
-    let mut ctd = Containerd::start("peapod").await;
+    let mut ctd = Containerd::start(Version::Debian, "peapod").await;
     let mut pods = run_pods(&mut ctd, "peapod", pods_per_runtime).await?;
     pods.extend(run_pods(&mut ctd, "runc", pods_per_runtime).await?);
     println!(
