@@ -207,7 +207,7 @@ async fn pods_run_under_containerd_with_the_peapod_shim(version: Version) {
     let out = exec_sync_in(&mut ctd, &app, &["hostname"]).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ctd-pod\n");
 
-    // Stats: containerd decodes the shim's cgroup v1 metrics.
+    // Stats: containerd decodes the shim's cgroup metrics.
     let stats = ctd
         .cri
         .runtime
@@ -241,7 +241,12 @@ async fn pods_run_under_containerd_with_the_peapod_shim(version: Version) {
     let out = exec_sync_in(
         &mut ctd,
         &app,
-        &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"],
+        // cgroup v1's file, else v2's (the container's own cgroup namespace either way).
+        &[
+            "sh",
+            "-c",
+            "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max",
+        ],
     )
     .await;
     assert_eq!(
@@ -460,7 +465,8 @@ fn logging_runc(dir: &Path, log: &Path) -> PathBuf {
     std::fs::write(
         &path,
         format!(
-            "#!/bin/sh\necho \"$*\" >> {}\nfor a; do shift; [ \"$a\" = --systemd-cgroup ] || set -- \"$@\" \"$a\"; done\nexec runc \"$@\"\n",
+            // Without systemd as PID 1 runc cannot make a scope: there the flag is only logged.
+            "#!/bin/sh\necho \"$*\" >> {}\nif [ ! -d /run/systemd/system ]; then for a; do shift; [ \"$a\" = --systemd-cgroup ] || set -- \"$@\" \"$a\"; done; fi\nexec runc \"$@\"\n",
             log.display()
         ),
     )
@@ -493,9 +499,17 @@ async fn the_cri_runtimes_options_choose_the_runtime_binary_and_systemd_cgroups(
          [RUNTIMES.logged.options]\n{options}"
     );
     let mut ctd = Containerd::start_with(version, "peapod", &runtimes).await;
-    let pod = try_run_pod_in(&mut ctd, "ctd-logged", "logged", |_| {})
-        .await
-        .unwrap_or_else(|e| panic!("RunPodSandbox with handler logged: {e}\n{}", ctd.log()));
+    // Where systemd is PID 1 (the guest of scripts/vm), the parent a kubelet with the systemd
+    // driver gives: a slice, which containerd's CRI turns into runc's `slice:prefix:name`.
+    let systemd = Path::new("/run/systemd/system").is_dir();
+    let slice = format!("peapod_ctd_logged_{}.slice", std::process::id());
+    let pod = try_run_pod_in(&mut ctd, "ctd-logged", "logged", |p| {
+        if systemd {
+            p.linux.get_or_insert_with(Default::default).cgroup_parent = slice.clone();
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("RunPodSandbox with handler logged: {e}\n{}", ctd.log()));
     let address = shim_address(&ctd.bundle(&pod.id));
     let app = run_container_in(
         &mut ctd,
@@ -521,11 +535,28 @@ async fn the_cri_runtimes_options_choose_the_runtime_binary_and_systemd_cgroups(
         log.lines().all(|l| l.contains("--systemd-cgroup")),
         "a runtime command without --systemd-cgroup:\n{log}"
     );
+    // With systemd, the container is a scope of its own in the pod's slice.
+    if systemd {
+        let pid = container_pid(&mut ctd, &app).await;
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        assert!(
+            cgroup
+                .trim_end()
+                .ends_with(&format!("/{slice}/cri-containerd-{app}.scope")),
+            "the container's cgroup is not its scope in {slice}: {cgroup}"
+        );
+    }
 
     remove_container(&mut ctd, &app).await;
     remove_pod_in(&mut ctd, &pod).await;
     wait_no_shim_sockets(&ctd, &[socket_of(&address)]).await;
     assert_eq!(leftovers(&ctd), Vec::<String>::new());
+    if systemd {
+        // The scopes went with their containers; the slice is the caller's (the kubelet's).
+        let _ = std::process::Command::new("systemctl")
+            .args(["stop", &slice])
+            .status();
+    }
 }
 
 both_versions!(a_killed_shim_is_cleaned_up_by_its_delete_action);
