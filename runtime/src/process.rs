@@ -13,8 +13,9 @@
 //! child becomes the process.
 //!
 //! In the child (`become_process`): its root made and pivoted into (a container created
-//! natively), the AppArmor profile its execve is to enter, a session of its own, rlimits,
-//! the chroot into its root (a pause), no_new_privs, seccomp
+//! natively) or chrooted into (a pause, after the steps that need the host's /proc), the
+//! AppArmor profile its execve is to enter, a session of its own, rlimits (the open files'
+//! soft limit first raised to the hard one, as Go raises runc's), no_new_privs, seccomp
 //! (here when no_new_privs is off: loading it then needs CAP_SYS_ADMIN), the bounding set,
 //! supplementary groups, gid, uid (keeping the permitted set), HOME from the container's
 //! /etc/passwd when the environment has none, the working directory, the capability sets,
@@ -510,6 +511,7 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
     if p.console.is_some() && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
         return Err(os("set the controlling terminal"));
     }
+    raise_open_files();
     for (resource, limit) in &p.rlimits {
         // SAFETY: a valid rlimit.
         if unsafe { libc::setrlimit(*resource, limit) } < 0 {
@@ -568,6 +570,23 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
         seccomp::load(bpf, *flags).map_err(|e| format!("load the seccomp filter: {e}"))?;
     }
     exec(p)
+}
+
+/// The soft limit of open files raised to the hard one, as the process finds it after runc:
+/// Go (1.19 on, runc 1.1.5's Debian build) raises it at every start, and runc's init passes
+/// its own on; the spec's rlimits, set after, still decide where they name it.
+fn raise_open_files() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit into a live struct, setrlimit with it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
 }
 
 /// runc's `apparmor.ApplyProfile`: `exec PROFILE` written to this task's own `exec`
