@@ -232,7 +232,7 @@ async fn a_native_pause_dies_with_its_shim() {
     // The daemon finds the shim dead; the runtime does not know the pause: its cgroup does.
     // (The pause dies of the cgroup's removal, which takes the directories once it has left:
     // a loaded machine can show the dead pause before the last of them is gone.)
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + e2e::scaled(Duration::from_secs(20));
     while alive(pid) || host::cgroup_path_exists(&d.cgroup_path(&id)) {
         assert!(
             Instant::now() < deadline,
@@ -304,7 +304,7 @@ async fn pod_life_calls(create: &str) -> Vec<String> {
     // FIFO when StartContainer answers; its exec follows, on a loaded machine a little later).
     let pid = d.container_info(&ctr).await["pid"].as_u64().expect("pid");
     let comm = || std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + e2e::scaled(Duration::from_secs(5));
     while comm().trim() != "sleep" && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -327,7 +327,29 @@ async fn pod_life_calls(create: &str) -> Vec<String> {
     // Stopped and removed: killed and deleted by the shim, leaving nothing of it.
     d.remove_pod(&pod).await;
     let all = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(all, before_removal, "the removal made runtime calls");
+    let removal: Vec<&str> = all
+        .strip_prefix(before_removal.as_str())
+        .expect("the calls' log only grows")
+        .lines()
+        .collect();
+    if create == "runc" && d.systemd {
+        // runc started the container's scope, and stops it: the shim deletes only what runc
+        // made at a cgroupfs path itself (shim/src/backend/runc_assisted.rs).
+        assert_eq!(removal.len(), 2, "{removal:?}");
+        assert!(
+            removal[0].ends_with(&format!(" kill --all {ctr} 9")),
+            "{removal:?}"
+        );
+        assert!(
+            removal[1].ends_with(&format!(" delete --force {ctr}")),
+            "{removal:?}"
+        );
+    } else {
+        assert!(
+            removal.is_empty(),
+            "the removal made runtime calls: {removal:?}"
+        );
+    }
     assert!(!alive(pid as u32));
     assert!(!host::cgroup_path_exists(&d.cgroup_path(&ctr)));
     assert!(
@@ -343,14 +365,17 @@ async fn pod_life_calls(create: &str) -> Vec<String> {
 
 /// With containers created natively (the default) a pod's whole life makes no runtime call;
 /// with `create = "runc"`, one: the container's `runc create` (its start, kill and delete are
-/// the shim's).
+/// the shim's), and with the systemd driver its kill and delete too (pod_life_calls).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_up_costs_no_runtime_call_or_one_create_per_container() {
     let native = pod_life_calls("native").await;
     assert!(native.is_empty(), "{native:?}");
     let runc = pod_life_calls("runc").await;
-    assert_eq!(runc.len(), 1, "{runc:?}");
     assert!(runc[0].contains(" create "), "{runc:?}");
+    assert!(
+        runc.len() == 1 || (runc.len() == 3 && runc[1].contains(" kill --all ")),
+        "{runc:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,7 +395,7 @@ async fn a_stop_kills_every_process_of_a_container_in_the_pods_pid_namespace() {
         .await;
     let cgroup = d.cgroup_path(&ctr);
     let members = || host::cgroup_procs(&cgroup);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + e2e::scaled(Duration::from_secs(10));
     while members().len() < 2 {
         assert!(Instant::now() < deadline, "{:?}", members());
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -384,7 +409,7 @@ async fn a_stop_kills_every_process_of_a_container_in_the_pods_pid_namespace() {
         })
         .await
         .expect("StopContainer");
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + e2e::scaled(Duration::from_secs(10));
     while both.iter().any(|p| alive(*p)) {
         assert!(Instant::now() < deadline, "still running: {both:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
