@@ -340,9 +340,10 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// where it is given and the kernel can: 0 in the child, the child's pid in this process.
 fn clone_child(flags: libc::c_int, cgroup: Option<&mut CgroupFd>) -> Result<libc::c_long, String> {
     if let Some(cg) = cgroup.filter(|c| !c.joined) {
+        // No exit_signal: clone3 refuses one with CLONE_PARENT (EINVAL, which made every
+        // helper fall back to joining); the child gets this helper's own, as after clone(2).
         let mut args = CloneArgs {
             flags: (libc::CLONE_PARENT | flags) as u64 | CLONE_INTO_CGROUP,
-            exit_signal: libc::SIGCHLD as u64,
             cgroup: cg.dir.as_raw_fd() as u64,
             ..Default::default()
         };

@@ -250,25 +250,20 @@ async fn an_update_resizes_the_running_container_in_place() {
     if d.systemd {
         // systemd holds the new values too: its next realisation of the unit keeps them.
         let unit = format!("peapod-{id}.scope");
-        let show = std::process::Command::new("systemctl")
-            .args([
-                "show",
-                "-p",
-                "MemoryMax",
-                "-p",
-                "CPUWeight",
-                "-p",
-                "CPUQuotaPerSecUSec",
-                &unit,
-            ])
-            .output()
-            .expect("systemctl show");
+        // (systemctl prints the properties in its own order, not the order asked for.)
+        let mut shown: Vec<String> =
+            unit_show(&unit, &["MemoryMax", "CPUWeight", "CPUQuotaPerSecUSec"])
+                .lines()
+                .map(str::to_string)
+                .collect();
+        shown.sort();
         assert_eq!(
-            String::from_utf8_lossy(&show.stdout),
-            format!(
-                "MemoryMax={}\nCPUWeight=39\nCPUQuotaPerSecUSec=200ms\n",
-                96 << 20
-            )
+            shown,
+            [
+                "CPUQuotaPerSecUSec=200ms".to_string(),
+                "CPUWeight=39".to_string(),
+                format!("MemoryMax={}", 96 << 20),
+            ]
         );
     }
     // In place: the same process, still running.
@@ -297,18 +292,34 @@ async fn an_execs_process_is_in_its_containers_cgroup_from_its_start() {
     let image = image(&mut d, &images, "exec").await;
     let pod = d.run_pod("exec-cgroup").await;
     let (id, pid) = running(&mut d, &pod, sh("app", &image, "sleep 3600")).await;
-    // The first thing the exec's program does is read where it is.
-    let out = exec_sync_in(&mut d, &id, &["cat", "/proc/self/cgroup"]).await;
-    let init = std::fs::read_to_string(format!("/proc/{pid}/root/proc/1/cgroup"))
-        .expect("the init's cgroups as the container sees them");
-    assert_eq!(text(&out), init, "the exec's cgroups are its init's");
+    // The first thing the exec's program does is read where it is, and where the init is:
+    // both as the exec's cgroup namespace shows them (with a namespace of the container's
+    // own, as on v2, its cgroup is "/"; read from the host, the init's would be the full
+    // path).
+    let out = exec_sync_in(&mut d, &id, &["cat", "/proc/self/cgroup", "/proc/1/cgroup"]).await;
+    let read = text(&out);
+    let lines: Vec<&str> = read.lines().collect();
+    assert!(
+        !lines.is_empty() && lines.len().is_multiple_of(2),
+        "{lines:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (own, init) = lines.split_at(lines.len() / 2);
+    assert_eq!(own, init, "the exec's cgroups are its init's");
+    assert!(
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .expect("the init's cgroups")
+            .contains(&id),
+        "the init is in its container's cgroup"
+    );
     let helper = resident_of(&id);
     assert_eq!(helper.len(), 1, "one resident helper: {helper:?}");
     let procs = host::cgroup_procs(&d.cgroup_path(&id));
     if host::unified_cgroups() {
         // Cloned into the cgroup: the helper never joined it.
         assert!(!procs.contains(&helper[0]), "{procs:?} holds the helper");
-        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", helper[0])).unwrap();
+        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", helper[0]))
+            .expect("the helper's cgroups");
         assert!(!own.contains(&id), "the helper is in {own}");
     } else {
         // On v1 the helper joins the container's cgroups once, and forks there.
