@@ -4,11 +4,13 @@
 //!
 //! In this helper (single-threaded): the spec checked ([`unsupported`]), the seccomp program
 //! compiled (with libseccomp, before any namespace changes), oom_score_adj; the
-//! container's cgroup made in every hierarchy and joined, with the spec's resources and
-//! device rules ([`crate::cgroups`]); the namespaces given by path joined (the
-//! pod's) and the others unshared, `/` made a slave (runc's default) or given the spec's
-//! root propagation; the hostname and sysctls. Then the init is cloned as the shim's child
-//! (`CLONE_PARENT`, in a new PID namespace when asked): it makes its root and pivots
+//! container's cgroup made and joined, with the spec's resources and device rules
+//! ([`crate::cgroups`]: every v1 hierarchy, the unified one, or systemd's scope); the
+//! namespaces given by path joined (the pod's) and the others unshared, `/` made a slave
+//! (runc's default) or given the spec's root propagation; the hostname and sysctls. Then the
+//! init is cloned as the shim's child (`CLONE_PARENT`, in a new PID namespace and a new
+//! cgroup namespace when asked, the latter rooted at the cgroup just joined, as runc's init
+//! unshares it once its cgroup is set): it makes its root and pivots
 //! ([`crate::rootfs`]), becomes the process as an exec's process does ([`crate::process`]),
 //! finds its program, and tells the helper it is ready; the helper writes the init's pid and
 //! leaves. The init waits for a byte on the start descriptor (the shim's start) and execs.
@@ -18,7 +20,7 @@
 //!     (fd 3: the start pipe's read end; fd 4: the container's stderr; errors on stderr)
 //! ```
 
-use crate::cgroups::{self, Cgroups};
+use crate::cgroups::Driver;
 use crate::host::Host;
 use crate::rootfs::Plan;
 use crate::spec::{self, Namespace, Spec};
@@ -55,10 +57,6 @@ pub fn unsupported(spec: &Spec, host: &Host) -> Option<String> {
     if spec.root.is_none() {
         return Some("no root".into());
     }
-    // v2: next (the container's resources, its freezer and its `cgroup2` mount).
-    if let Cgroups::V2 { .. } = host.cgroups {
-        return Some("a cgroup v2 host".into());
-    }
     if spec.hooks.is_some() {
         return Some("hooks".into());
     }
@@ -81,16 +79,16 @@ pub fn unsupported(spec: &Spec, host: &Host) -> Option<String> {
     if root_propagation(&linux.rootfs_propagation).is_none() {
         return Some(format!("root propagation {:?}", linux.rootfs_propagation));
     }
-    if !cgroups::is_cgroupfs_path(&linux.cgroups_path) {
-        return Some("a cgroup that is not a cgroupfs path".into());
+    if let Some(why) = host.cgroups.unsupported(spec) {
+        return Some(why.into());
     }
     for ns in &linux.namespaces {
-        let known = ["network", "ipc", "uts", "mount", "pid"].contains(&ns.kind.as_str());
+        let known = ["network", "ipc", "uts", "mount", "pid", "cgroup"].contains(&ns.kind.as_str());
         if !known {
             return Some(format!("a {} namespace", ns.kind));
         }
-        if ns.path.is_some() && ns.kind == "mount" {
-            return Some("a mount namespace to join".into());
+        if ns.path.is_some() && ["mount", "cgroup"].contains(&ns.kind.as_str()) {
+            return Some(format!("a {} namespace to join", ns.kind));
         }
     }
     if !linux
@@ -100,16 +98,13 @@ pub fn unsupported(spec: &Spec, host: &Host) -> Option<String> {
     {
         return Some("no mount namespace of its own".into());
     }
-    if let Some(why) = host.cgroups.unsupported(linux.resources.as_ref()) {
-        return Some(why.into());
-    }
-    if let Err(why) = plan(spec, Path::new("/")) {
+    if let Err(why) = plan(spec, Path::new("/"), host) {
         return Some(why);
     }
     None
 }
 
-fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, String> {
+fn plan(spec: &Spec, bundle: &Path, host: &Host) -> Result<Plan, String> {
     let root = spec.root.as_ref().ok_or("no root")?;
     let linux = &spec.linux;
     let propagation =
@@ -123,17 +118,18 @@ fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, String> {
         &linux.readonly_paths,
         root.readonly,
         None,
+        host.cgroups.is_unified(),
     )
 }
 
 /// The helper's entry point; returns its exit status.
-pub fn main(bundle: &Path, pid_file: &Path) -> i32 {
-    started::report(create(bundle), pid_file)
+pub fn main(bundle: &Path, pid_file: &Path, driver: Driver) -> i32 {
+    started::report(create(bundle, driver), pid_file)
 }
 
-fn create(bundle: &Path) -> Result<i32, String> {
+fn create(bundle: &Path, driver: Driver) -> Result<i32, String> {
     let spec = spec::of_bundle(bundle)?;
-    let host = Host::detect();
+    let host = Host::detect(driver);
     if let Some(why) = unsupported(&spec, &host) {
         return Err(format!("a native create cannot do {why}"));
     }
@@ -143,20 +139,17 @@ fn create(bundle: &Path) -> Result<i32, String> {
     let linux = &spec.linux;
     let bpf = seccomp::program(linux.seccomp.as_ref())?;
     // Made before anything changes, so that every failure below is this process's alone.
-    let plan = plan(&spec, bundle)?;
-    let mut prepared = process::prepare(process, bpf)?.created(plan, START_FD);
+    let plan = plan(&spec, bundle, &host)?;
+    let mut prepared = process::prepare(process, bpf, &host.lsm)?.created(plan, START_FD);
     if let Some(adj) = process.oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
     }
-    host.cgroups
-        .create_and_join(&linux.cgroups_path, std::process::id())
-        .map_err(|e| format!("join the cgroup {}: {e}", linux.cgroups_path))?;
     let no_resources = spec::Resources::default();
-    host.cgroups.apply(
+    host.cgroups.create(
         &linux.cgroups_path,
+        std::process::id(),
         linux.resources.as_ref().unwrap_or(&no_resources),
-        true,
     )?;
     // The mount namespace is the init's alone (made by its clone): the helper stays in the
     // host's, where the pid file is, while the init pivots (which moves every process of
@@ -167,10 +160,14 @@ fn create(bundle: &Path) -> Result<i32, String> {
         .filter(|n| n.kind != "mount")
         .cloned()
         .collect();
-    let new_pid_ns = namespaces::enter(&others, 0)?;
+    let by_clone = namespaces::enter(&others, 0)?;
     namespaces::set_hostname_and_sysctls(spec.hostname.as_deref(), &linux.sysctl)?;
-    let flags = libc::CLONE_NEWNS | if new_pid_ns { libc::CLONE_NEWPID } else { 0 };
-    process::start(&mut prepared, [0, 1, STDERR_FD], flags)
+    process::start(
+        &mut prepared,
+        [0, 1, STDERR_FD],
+        libc::CLONE_NEWNS | by_clone,
+        None,
+    )
 }
 
 #[cfg(test)]
@@ -205,15 +202,26 @@ mod tests {
     fn v1() -> Host {
         Host {
             lsm: Default::default(),
-            cgroups: Cgroups::V1 {
-                root: "/sys/fs/cgroup".into(),
-            },
+            cgroups: crate::cgroups::Cgroups::at(Path::new("/nonexistent"), Driver::Cgroupfs),
         }
     }
 
     #[test]
     fn peapods_app_container_spec_is_created_natively() {
         assert_eq!(unsupported(&spec(APP), &v1()), None);
+        // On a v2 host it has a cgroup namespace of its own.
+        let v2 = APP.replace(
+            r#"{"type": "mount"}, "#,
+            r#"{"type": "mount"}, {"type": "cgroup"}, "#,
+        );
+        assert_eq!(unsupported(&spec(&v2), &v1()), None);
+        let joined = APP.replace(
+            r#"{"type": "mount"}, "#,
+            r#"{"type": "mount"}, {"type": "cgroup", "path": "/x"}, "#,
+        );
+        assert!(unsupported(&spec(&joined), &v1())
+            .unwrap()
+            .contains("cgroup namespace"));
     }
 
     #[test]
@@ -222,13 +230,6 @@ mod tests {
             assert!(APP.contains(from), "{from}");
             unsupported(&spec(&APP.replace(from, to)), &v1())
         };
-        let v2 = Host {
-            cgroups: Cgroups::V2 {
-                root: "/sys/fs/cgroup".into(),
-            },
-            ..v1()
-        };
-        assert!(unsupported(&spec(APP), &v2).unwrap().contains("v2"));
         assert!(with(r#""linux": {"#, r#""linux": {"uidMappings": [],"#)
             .unwrap()
             .contains("user namespace"));

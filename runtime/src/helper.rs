@@ -3,10 +3,15 @@
 //! helper too, so the native paths need no second binary beside it.
 //!
 //! ```text
-//! peapod-shim nsexec --pause --bundle DIR --pid-file FILE
-//! peapod-shim nsexec --create --bundle DIR --pid-file FILE   (fd 3: start pipe, fd 4: stderr)
+//! peapod-shim nsexec --pause --bundle DIR --pid-file FILE [--cgroup-driver systemd]
+//! peapod-shim nsexec --create --bundle DIR --pid-file FILE [--cgroup-driver systemd]
+//!     (fd 3: start pipe, fd 4: stderr)
 //! peapod-shim nsexec --resident --bundle DIR --init-pid PID  (stdin: the shim's socket)
 //! ```
+//!
+//! `--cgroup-driver systemd`: the spec's `cgroupsPath` is `slice:prefix:name`, a scope for
+//! systemd to make (the shim's own driver, as runc gets `--systemd-cgroup`). A resident
+//! helper joins the cgroup its container's init is in, whatever made it.
 //!
 //! - `--pause` starts a pod's pause ([`crate::pause`]) and `--create` creates an app container
 //!   ([`crate::create`]); each writes the process's pid and leaves ([`crate::started`]);
@@ -18,15 +23,27 @@
 //! shim made when it chose the helper (`pause::unsupported`, `create::unsupported`,
 //! `resident::unsupported`).
 
+use crate::cgroups::Driver;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// One run of a helper.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Helper {
-    Pause { bundle: PathBuf, pid_file: PathBuf },
-    Create { bundle: PathBuf, pid_file: PathBuf },
-    Resident { bundle: PathBuf, init_pid: i32 },
+    Pause {
+        bundle: PathBuf,
+        pid_file: PathBuf,
+        driver: Driver,
+    },
+    Create {
+        bundle: PathBuf,
+        pid_file: PathBuf,
+        driver: Driver,
+    },
+    Resident {
+        bundle: PathBuf,
+        init_pid: i32,
+    },
 }
 
 impl Helper {
@@ -36,7 +53,16 @@ impl Helper {
         let mut cmd = Command::new(program);
         cmd.arg("nsexec");
         match self {
-            Helper::Pause { bundle, pid_file } | Helper::Create { bundle, pid_file } => {
+            Helper::Pause {
+                bundle,
+                pid_file,
+                driver,
+            }
+            | Helper::Create {
+                bundle,
+                pid_file,
+                driver,
+            } => {
                 let flag = match self {
                     Helper::Pause { .. } => "--pause",
                     _ => "--create",
@@ -45,6 +71,9 @@ impl Helper {
                     .arg(bundle)
                     .arg("--pid-file")
                     .arg(pid_file);
+                if *driver == Driver::Systemd {
+                    cmd.args(["--cgroup-driver", "systemd"]);
+                }
             }
             Helper::Resident { bundle, init_pid } => {
                 cmd.args(["--resident", "--bundle"])
@@ -58,6 +87,7 @@ impl Helper {
     /// Parses the arguments after `nsexec`; `None` when they are not one helper's.
     pub fn parse(args: impl Iterator<Item = String>) -> Option<Helper> {
         let (mut bundle, mut init_pid, mut pid_file) = (None, None, None);
+        let mut driver = None;
         let mut which = None;
         let mut args = args;
         while let Some(flag) = args.next() {
@@ -74,15 +104,30 @@ impl Helper {
                 "--bundle" => bundle = Some(PathBuf::from(value)),
                 "--init-pid" => init_pid = Some(value.parse::<i32>().ok()?),
                 "--pid-file" => pid_file = Some(PathBuf::from(value)),
+                "--cgroup-driver" => {
+                    driver = Some(match value.as_str() {
+                        "systemd" => Driver::Systemd,
+                        "cgroupfs" => Driver::Cgroupfs,
+                        _ => return None,
+                    })
+                }
                 _ => return None,
             }
         }
         match (which?.as_str(), bundle?, init_pid, pid_file) {
-            ("--resident", bundle, Some(init_pid), None) => {
+            ("--resident", bundle, Some(init_pid), None) if driver.is_none() => {
                 Some(Helper::Resident { bundle, init_pid })
             }
-            ("--pause", bundle, None, Some(pid_file)) => Some(Helper::Pause { bundle, pid_file }),
-            ("--create", bundle, None, Some(pid_file)) => Some(Helper::Create { bundle, pid_file }),
+            ("--pause", bundle, None, Some(pid_file)) => Some(Helper::Pause {
+                bundle,
+                pid_file,
+                driver: driver.unwrap_or_default(),
+            }),
+            ("--create", bundle, None, Some(pid_file)) => Some(Helper::Create {
+                bundle,
+                pid_file,
+                driver: driver.unwrap_or_default(),
+            }),
             _ => None,
         }
     }
@@ -92,14 +137,22 @@ impl Helper {
 pub fn main(args: impl Iterator<Item = String>) -> i32 {
     match Helper::parse(args) {
         Some(Helper::Resident { bundle, init_pid }) => crate::resident::main(&bundle, init_pid),
-        Some(Helper::Pause { bundle, pid_file }) => crate::pause::main(&bundle, &pid_file),
-        Some(Helper::Create { bundle, pid_file }) => crate::create::main(&bundle, &pid_file),
+        Some(Helper::Pause {
+            bundle,
+            pid_file,
+            driver,
+        }) => crate::pause::main(&bundle, &pid_file, driver),
+        Some(Helper::Create {
+            bundle,
+            pid_file,
+            driver,
+        }) => crate::create::main(&bundle, &pid_file, driver),
         None => usage(),
     }
 }
 
 fn usage() -> i32 {
-    eprintln!("usage: peapod-shim nsexec --resident --bundle DIR --init-pid PID (stdin: the shim's socket)\n       peapod-shim nsexec --pause --bundle DIR --pid-file FILE\n       peapod-shim nsexec --create --bundle DIR --pid-file FILE (fd 3: start pipe, fd 4: stderr)");
+    eprintln!("usage: peapod-shim nsexec --resident --bundle DIR --init-pid PID (stdin: the shim's socket)\n       peapod-shim nsexec --pause --bundle DIR --pid-file FILE [--cgroup-driver systemd]\n       peapod-shim nsexec --create --bundle DIR --pid-file FILE [--cgroup-driver systemd] (fd 3: start pipe, fd 4: stderr)");
     2
 }
 
@@ -113,10 +166,12 @@ mod tests {
             Helper::Pause {
                 bundle: "/b".into(),
                 pid_file: "/b/init.pid".into(),
+                driver: Driver::Cgroupfs,
             },
             Helper::Create {
                 bundle: "/b".into(),
                 pid_file: "/b/init.pid".into(),
+                driver: Driver::Systemd,
             },
             Helper::Resident {
                 bundle: "/b".into(),
@@ -147,6 +202,30 @@ mod tests {
             None
         );
         assert_eq!(parse(&["--resident", "--bundle", "/b", "--init-pid"]), None);
+        assert_eq!(
+            parse(&[
+                "--resident",
+                "--bundle",
+                "/b",
+                "--init-pid",
+                "1",
+                "--cgroup-driver",
+                "systemd"
+            ]),
+            None
+        );
+        assert_eq!(
+            parse(&[
+                "--pause",
+                "--bundle",
+                "/b",
+                "--pid-file",
+                "/p",
+                "--cgroup-driver",
+                "x"
+            ]),
+            None
+        );
         assert_eq!(
             parse(&["--pause", "--bundle", "/b", "--pid-file", "/p", "--x", "y"]),
             None

@@ -1,8 +1,8 @@
 //! What this host lets the native paths do, read once where it is needed (the shim at its
 //! start; each helper in its own process): the Linux security modules it enforces and how it
-//! mounts cgroups.
+//! mounts cgroups (with the cgroup driver the shim was started with).
 
-use crate::cgroups::Cgroups;
+use crate::cgroups::{Cgroups, Driver};
 use std::path::Path;
 
 /// The host as the native paths see it.
@@ -13,10 +13,10 @@ pub struct Host {
 }
 
 impl Host {
-    pub fn detect() -> Host {
+    pub fn detect(driver: Driver) -> Host {
         Host {
             lsm: Lsm::of_host(),
-            cgroups: Cgroups::detect(),
+            cgroups: Cgroups::detect(driver),
         }
     }
 }
@@ -30,10 +30,13 @@ pub struct Lsm {
 }
 
 impl Lsm {
+    /// AppArmor as runc sees it: the module enabled and its securityfs there (a profile a
+    /// runtime applies without it fails).
     pub fn of_host() -> Lsm {
         let apparmor = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
             .map(|s| s.trim() == "Y")
-            .unwrap_or(false);
+            .unwrap_or(false)
+            && Path::new("/sys/kernel/security/apparmor").exists();
         let selinux = Path::new("/sys/fs/selinux/enforce").exists();
         Lsm { apparmor, selinux }
     }

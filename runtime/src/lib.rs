@@ -20,9 +20,11 @@
 //!    masked and read-only paths), `namespaces` (joined by path, made, or an init's joined),
 //!    `caps`, `seccomp` (a profile compiled by libseccomp, linked in statically), `host`
 //!    (what this host lets the native paths do: its LSMs and its cgroups, read once);
-//! 5. `cgroups/` — `Cgroups`, one type chosen per host: cgroup v1 today (`v1`: resources and
-//!    the freezer as runc 1.1 writes them), the seam for v2 and the systemd driver (next);
-//!    `hierarchies`: what every layout does alike;
+//! 5. `cgroups/` — `Cgroups`, one type chosen per host and cgroup driver: cgroup v1 (`v1`),
+//!    the unified hierarchy (`v2`, the device rules as a BPF program: `device_filter`) and
+//!    the systemd driver's scopes (`systemd`, over D-Bus), each written as runc 1.1's
+//!    managers write them; `devices` (the rules as runc's emulator folds them) and
+//!    `hierarchies` (what every layout does alike);
 //! 6. shared below all: `spec` (the one reader of the OCI runtime spec: `config.json`, an
 //!    exec's process, an update's resources), `pidfd` (a process held by a pidfd: no reused
 //!    pid is ever signalled), `wire` (the shim's and a resident helper's messages).

@@ -14,14 +14,17 @@ pub fn flag(kind: &str) -> libc::c_int {
         "ipc" => libc::CLONE_NEWIPC,
         "uts" => libc::CLONE_NEWUTS,
         "mount" => libc::CLONE_NEWNS,
+        "cgroup" => libc::CLONE_NEWCGROUP,
         _ => libc::CLONE_NEWPID,
     }
 }
 
 /// Joins the namespaces given by path (all opened first: a path may be relative to a
-/// namespace being left) and unshares the others but PID, a new mount namespace's `/` given
-/// `propagation`; true if a new PID namespace is wanted (the clone makes it).
-pub fn enter(namespaces: &[Namespace], propagation: libc::c_ulong) -> Result<bool, String> {
+/// namespace being left) and unshares the others but PID and cgroup, a new mount namespace's
+/// `/` given `propagation`. Returns the clone flags of the new namespaces the process to
+/// start must be cloned into: a PID namespace (the clone makes its init) and a cgroup
+/// namespace (rooted where the clone is born: its container's cgroup, joined by then).
+pub fn enter(namespaces: &[Namespace], propagation: libc::c_ulong) -> Result<libc::c_int, String> {
     let mut joins = Vec::new();
     for ns in namespaces {
         if let Some(path) = &ns.path {
@@ -75,7 +78,10 @@ pub fn enter(namespaces: &[Namespace], propagation: libc::c_ulong) -> Result<boo
             ));
         }
     }
-    Ok(fresh("pid"))
+    Ok(["pid", "cgroup"]
+        .into_iter()
+        .filter(|k| fresh(k))
+        .fold(0, |acc, k| acc | flag(k)))
 }
 
 /// A sysctl of the pod, written in this process's namespaces (/proc/sys resolves net.*,
@@ -156,5 +162,6 @@ mod tests {
         assert_eq!(flag("uts"), libc::CLONE_NEWUTS);
         assert_eq!(flag("mount"), libc::CLONE_NEWNS);
         assert_eq!(flag("pid"), libc::CLONE_NEWPID);
+        assert_eq!(flag("cgroup"), libc::CLONE_NEWCGROUP);
     }
 }

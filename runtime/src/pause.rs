@@ -5,7 +5,9 @@
 //!
 //! In this helper (single-threaded: unsharing a mount namespace and forking are allowed):
 //! oom_score_adj; the spec's cgroup made in every hierarchy and joined (the pause is born in
-//! it), with the pause's CPU shares and device denial; the namespaces given by path joined
+//! it), with the pause's CPU shares and device denial on a v1 host, and on v2 (cgroupfs or
+//! systemd's scope) made and limited as an app container's is ([`Cgroups::create`]: runc's
+//! managers, the device filter included); the namespaces given by path joined
 //! (the pod's network namespace) and the others unshared (IPC, UTS, mount; a PID namespace
 //! is made by the clone, the pause being its init); the hostname and the pod's sysctls set
 //! in those namespaces. Then the pause is cloned as the shim's child (`CLONE_PARENT`),
@@ -16,22 +18,23 @@
 //! the pause through the runtime as before.
 //!
 //! ```text
-//! peapod-shim nsexec --pause --bundle DIR --pid-file FILE    (errors on stderr; exit 1)
+//! peapod-shim nsexec --pause --bundle DIR --pid-file FILE [--cgroup-driver systemd]
+//!     (errors on stderr; exit 1)
 //! ```
 
-use crate::cgroups::{self, Cgroups};
-use crate::host::Lsm;
+use crate::cgroups::{Cgroups, Driver};
+use crate::host::Host;
 use crate::process;
 use crate::spec::{self, Linux, Spec};
 use crate::{namespaces, started};
 use std::path::Path;
 
 /// Why this pause is left to the runtime, if it is.
-pub fn unsupported(spec: &Spec, lsm: &Lsm) -> Option<&'static str> {
+pub fn unsupported(spec: &Spec, host: &Host) -> Option<&'static str> {
     let Some(process) = &spec.process else {
         return Some("no process");
     };
-    if let Some(why) = process::unsupported_init(process, lsm) {
+    if let Some(why) = process::unsupported_init(process, &host.lsm) {
         return Some(why);
     }
     if spec.root.is_none() {
@@ -44,8 +47,8 @@ pub fn unsupported(spec: &Spec, lsm: &Lsm) -> Option<&'static str> {
     if linux.seccomp.is_some() || linux.personality.is_some() || linux.intel_rdt.is_some() {
         return Some("a seccomp profile, personality or RDT class");
     }
-    if !cgroups::is_cgroupfs_path(&linux.cgroups_path) {
-        return Some("a cgroup that is not a cgroupfs path");
+    if let Some(why) = host.cgroups.unsupported(spec) {
+        return Some(why);
     }
     for ns in &linux.namespaces {
         let known = ["network", "ipc", "uts", "mount", "pid"].contains(&ns.kind.as_str());
@@ -60,13 +63,14 @@ pub fn unsupported(spec: &Spec, lsm: &Lsm) -> Option<&'static str> {
 }
 
 /// The helper's entry point; returns its exit status.
-pub fn main(bundle: &Path, pid_file: &Path) -> i32 {
-    started::report(start(bundle), pid_file)
+pub fn main(bundle: &Path, pid_file: &Path, driver: Driver) -> i32 {
+    started::report(start(bundle, driver), pid_file)
 }
 
-fn start(bundle: &Path) -> Result<i32, String> {
+fn start(bundle: &Path, driver: Driver) -> Result<i32, String> {
     let spec = spec::of_bundle(bundle)?;
-    if let Some(why) = unsupported(&spec, &Lsm::of_host()) {
+    let host = Host::detect(driver);
+    if let Some(why) = unsupported(&spec, &host) {
         return Err(format!("a native pause cannot do {why}"));
     }
     let (Some(process), Some(root)) = (&spec.process, &spec.root) else {
@@ -74,23 +78,29 @@ fn start(bundle: &Path) -> Result<i32, String> {
     };
     let root = bundle.join(&root.path);
     // Made before anything changes, so that every failure below is this process's alone.
-    let mut prepared = process::prepare(process, None)?.with_root(&root)?;
+    let mut prepared = process::prepare(process, None, &host.lsm)?.with_root(&root)?;
     if let Some(adj) = process.oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
     }
-    join_cgroup(&Cgroups::detect(), &spec.linux)?;
+    if host.cgroups.is_unified() {
+        let none = spec::Resources::default();
+        let resources = spec.linux.resources.as_ref().unwrap_or(&none);
+        host.cgroups
+            .create(&spec.linux.cgroups_path, std::process::id(), resources)?;
+    } else {
+        join_cgroup(&host.cgroups, &spec.linux)?;
+    }
     // Nothing mounted in the pause's namespace reaches the host, as with runc's rprivate.
     let propagation = libc::MS_REC | libc::MS_PRIVATE;
-    let new_pid_ns = namespaces::enter(&spec.linux.namespaces, propagation)?;
+    let by_clone = namespaces::enter(&spec.linux.namespaces, propagation)?;
     namespaces::set_hostname_and_sysctls(spec.hostname.as_deref(), &spec.linux.sysctl)?;
-    let flags = if new_pid_ns { libc::CLONE_NEWPID } else { 0 };
-    process::start(&mut prepared, [0, 1, 2], flags)
+    process::start(&mut prepared, [0, 1, 2], by_clone, None)
 }
 
-/// The spec's cgroup in every hierarchy, joined, with the pause's resources: CPU shares (v1
-/// `cpu.shares`, v2 `cpu.weight` by runc's conversion) and, on v1, every device denied. Each
-/// file is written where the hierarchy has it, so this is the same on every layout.
+/// On a v1 host, the spec's cgroup in every hierarchy, joined, with the pause's resources:
+/// CPU shares (v1 `cpu.shares`, and `cpu.weight` by runc's conversion where a hierarchy has
+/// it) and every device denied. Each file is written where the hierarchy has it.
 fn join_cgroup(cgroups: &Cgroups, linux: &Linux) -> Result<(), String> {
     let dirs = cgroups
         .create_and_join(&linux.cgroups_path, std::process::id())
@@ -138,14 +148,21 @@ mod tests {
             "maskedPaths": ["/proc/kcore"]}
     }"#;
 
+    fn host(driver: Driver) -> Host {
+        Host {
+            lsm: Default::default(),
+            cgroups: Cgroups::at(Path::new("/nonexistent"), driver),
+        }
+    }
+
     #[test]
     fn peapods_pause_spec_is_started_natively() {
-        assert_eq!(unsupported(&spec(PAUSE), &Lsm::default()), None);
+        assert_eq!(unsupported(&spec(PAUSE), &host(Driver::Cgroupfs)), None);
     }
 
     #[test]
     fn what_a_native_pause_leaves_to_the_runtime() {
-        let none = Lsm::default();
+        let none = host(Driver::Cgroupfs);
         let with = |from: &str, to: &str| {
             assert!(PAUSE.contains(from), "{from}");
             unsupported(&spec(&PAUSE.replace(from, to)), &none)
@@ -162,5 +179,10 @@ mod tests {
         assert!(with(r#""args": ["/pause"]"#, r#""args": []"#).is_some());
         assert!(with(r#""cwd": "/""#, r#""cwd": "/", "terminal": true"#).is_some());
         assert!(unsupported(&spec("{}"), &none).is_some());
+        // The systemd driver on this (v1-shaped) root: the runtime's.
+        let sd = PAUSE.replace("/kubepods/pod1/abc", "kubepods.slice:peapod:abc");
+        assert!(unsupported(&spec(&sd), &host(Driver::Systemd))
+            .unwrap()
+            .contains("v1"));
     }
 }

@@ -5,14 +5,17 @@
 //! Before anything changes ([`prepare`]): the arguments, capability sets and rlimits read
 //! from the spec's process; what the native paths refuse in a process is [`unsupported`].
 //! For an exec, once, when its resident helper starts ([`join_container`]): the container's
-//! cgroups joined (the paths of its init in `/proc/PID/cgroup`), its oom_score_adj set, then
-//! every namespace of the init that differs from ours joined at once through the init's
+//! cgroups joined (the paths of its init in `/proc/PID/cgroup`) on a v1 host, or on v2 its
+//! cgroup opened for its processes to be cloned into ([`CgroupFd`]); its oom_score_adj set,
+//! then every namespace of the init that differs from ours joined at once through the init's
 //! pidfd. For each process ([`start`]): a clone with `CLONE_PARENT`, so that the child, in
 //! the container's PID namespace, is the shim's (as after `runc exec --detach`), and the
 //! child becomes the process.
 //!
 //! In the child (`become_process`): its root made and pivoted into (a container created
-//! natively) or chrooted into (a pause), a session of its own, rlimits, no_new_privs, seccomp
+//! natively) or chrooted into (a pause, after the steps that need the host's /proc), the
+//! AppArmor profile its execve is to enter, a session of its own, rlimits (the open files'
+//! soft limit first raised to the hard one, as Go raises runc's), no_new_privs, seccomp
 //! (here when no_new_privs is off: loading it then needs CAP_SYS_ADMIN), the bounding set,
 //! supplementary groups, gid, uid (keeping the permitted set), HOME from the container's
 //! /etc/passwd when the environment has none, the working directory, the capability sets,
@@ -28,7 +31,7 @@ use crate::namespaces;
 use crate::rootfs::Plan;
 use crate::seccomp;
 use crate::spec::Process;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
@@ -84,6 +87,8 @@ pub(crate) struct Prepared {
     ready_fd: Option<RawFd>,
     /// A terminal's exec: the pty is made in the child and its master sent here.
     console: Option<RawFd>,
+    /// The AppArmor profile the process's execve enters (where the host enforces AppArmor).
+    apparmor: Option<CString>,
 }
 
 impl Prepared {
@@ -119,9 +124,6 @@ impl Prepared {
 pub fn unsupported(process: &Process, lsm: &Lsm) -> Option<&'static str> {
     if process.args.is_empty() {
         return Some("no arguments");
-    }
-    if !process.apparmor_profile.is_empty() && lsm.apparmor {
-        return Some("an AppArmor profile");
     }
     if !process.selinux_label.is_empty() && lsm.selinux {
         return Some("an SELinux label");
@@ -166,9 +168,12 @@ fn rlimit_resource(name: &str) -> Result<libc::__rlimit_resource_t, String> {
     })
 }
 
+/// What the child needs of `process`; `lsm`: the security modules the host enforces (a
+/// profile it does not enforce is not applied, as runc does not apply it).
 pub(crate) fn prepare(
     process: &Process,
     bpf: Option<(Vec<u8>, libc::c_uint)>,
+    lsm: &Lsm,
 ) -> Result<Prepared, String> {
     let argv = process
         .args
@@ -200,6 +205,10 @@ pub(crate) fn prepare(
             ))
         })
         .collect::<Result<Vec<_>, String>>()?;
+    let apparmor = (lsm.apparmor && !process.apparmor_profile.is_empty())
+        .then(|| CString::new(format!("exec {}", process.apparmor_profile)))
+        .transpose()
+        .map_err(|_| "the AppArmor profile holds a NUL".to_string())?;
     Ok(Prepared {
         argv,
         env: process.env.clone(),
@@ -221,17 +230,25 @@ pub(crate) fn prepare(
         start_fd: None,
         ready_fd: None,
         console: None,
+        apparmor,
     })
 }
 
-/// Joins the container of `init_pid`: its cgroups, then (with `oom_score_adj` set while this
-/// process may still lower it) every namespace of the init that differs from ours, at once
-/// through its pidfd. The PID and time namespaces apply to the children made after this.
-/// Returns the init's pidfd.
-pub(crate) fn join_container(init_pid: i32, oom_score_adj: Option<i32>) -> Result<OwnedFd, String> {
+/// Joins the container of `init_pid`: its cgroups (unless its processes are to be cloned
+/// into its cgroup: `cgroup`), then (with `oom_score_adj` set while this process may still
+/// lower it) every namespace of the init that differs from ours, at once through its pidfd.
+/// The PID and time namespaces apply to the children made after this. Returns the init's
+/// pidfd.
+pub(crate) fn join_container(
+    init_pid: i32,
+    oom_score_adj: Option<i32>,
+    cgroup: Option<&CgroupFd>,
+) -> Result<OwnedFd, String> {
     let pidfd = pidfd_open(init_pid)?;
     let flags = namespaces::to_join(init_pid)?;
-    cgroups::join_those_of(init_pid)?;
+    if cgroup.is_none() {
+        cgroups::join_those_of(init_pid)?;
+    }
     if let Some(adj) = oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
@@ -244,23 +261,136 @@ pub(crate) fn join_container(init_pid: i32, oom_score_adj: Option<i32>) -> Resul
     Ok(pidfd)
 }
 
+/// A container's cgroup (on the unified hierarchy) that an exec's processes are cloned
+/// straight into with clone3's `CLONE_INTO_CGROUP` (Linux 5.7), so that neither they nor
+/// their helper ever move between cgroups: each is the container's from its first
+/// instruction. On a kernel without it the helper joins the cgroup once, and its children
+/// are born there as on a v1 host.
+pub(crate) struct CgroupFd {
+    dir: OwnedFd,
+    /// The kernel could not clone into it: this helper joined it instead.
+    joined: bool,
+}
+
+impl CgroupFd {
+    /// The unified cgroup of process `pid`, under the hierarchy's root `root`.
+    pub(crate) fn of(pid: i32, root: &Path) -> Result<CgroupFd, String> {
+        let cg = peapod_host::cgroup::ProcCgroups::of_pid(pid as u32)
+            .map_err(|e| format!("read the cgroups of {pid}: {e}"))?;
+        let path = cg
+            .unified
+            .ok_or_else(|| format!("{pid} is in no unified cgroup"))?;
+        let dir = root.join(path.trim_start_matches('/'));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(&dir)
+            .map_err(|e| format!("open the cgroup {}: {e}", dir.display()))?;
+        Ok(CgroupFd {
+            dir: file.into(),
+            joined: false,
+        })
+    }
+
+    /// This helper moved into the cgroup, for a kernel that cannot clone into it.
+    fn join(&mut self) -> Result<(), String> {
+        let procs = c"cgroup.procs";
+        // SAFETY: openat relative to a live directory descriptor, with a C string.
+        let fd = unsafe {
+            libc::openat(
+                self.dir.as_raw_fd(),
+                procs.as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(os("open the container's cgroup.procs"));
+        }
+        // SAFETY: a new descriptor, owned from here on.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        file.write_all(std::process::id().to_string().as_bytes())
+            .map_err(|e| format!("join the container's cgroup: {e}"))?;
+        self.joined = true;
+        Ok(())
+    }
+}
+
+use std::os::unix::fs::OpenOptionsExt;
+
+/// clone3's `struct clone_args` (version 2, with `cgroup`).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// A fork as the shim's child (`CLONE_PARENT`), with `flags`' new namespaces, into `cgroup`
+/// where it is given and the kernel can: 0 in the child, the child's pid in this process.
+fn clone_child(flags: libc::c_int, cgroup: Option<&mut CgroupFd>) -> Result<libc::c_long, String> {
+    if let Some(cg) = cgroup.filter(|c| !c.joined) {
+        // No exit_signal: clone3 refuses one with CLONE_PARENT (EINVAL, which made every
+        // helper fall back to joining); the child gets this helper's own, as after clone(2).
+        let mut args = CloneArgs {
+            flags: (libc::CLONE_PARENT | flags) as u64 | CLONE_INTO_CGROUP,
+            cgroup: cg.dir.as_raw_fd() as u64,
+            ..Default::default()
+        };
+        // SAFETY: this process is single-threaded (the helper runs nothing else), so the
+        // child may do anything after the clone; with no stack given, it runs on a copy of
+        // ours, as after fork(2).
+        let child = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &mut args as *mut CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        if child >= 0 {
+            return Ok(child);
+        }
+        let e = std::io::Error::last_os_error();
+        // No clone3 (before 5.3), or no CLONE_INTO_CGROUP (before 5.7, E2BIG for the longer
+        // arguments): this helper joins the cgroup once, and forks as before.
+        match e.raw_os_error() {
+            Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EOPNOTSUPP) => cg.join()?,
+            _ => return Err(format!("clone3 into the container's cgroup: {e}")),
+        }
+    }
+    let flags = (libc::CLONE_PARENT | libc::SIGCHLD | flags) as libc::c_ulong;
+    // SAFETY: as above. A raw clone, as fork(2) is one, for CLONE_PARENT.
+    let child = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    if child < 0 {
+        return Err(os("clone"));
+    }
+    Ok(child)
+}
+
 /// Clones the exec's process as a child of this helper's parent (the shim), which becomes
 /// `p` on `stdio` and execs it; returns its pid once it has, or why it could not (a process
 /// that could not is left to exit, for the shim to reap). `new_namespaces`: clone flags of
-/// namespaces the process gets anew (a native pause's PID namespace, of which it is init).
+/// namespaces the process gets anew (a native pause's PID namespace, of which it is init);
+/// `cgroup`: the container's cgroup it is cloned into (an exec on a v2 host).
 pub(crate) fn start(
     p: &mut Prepared,
     stdio: [RawFd; 3],
     new_namespaces: libc::c_int,
+    cgroup: Option<&mut CgroupFd>,
 ) -> Result<i32, String> {
     let (mut reader, writer) = pipe()?;
-    let flags = (libc::CLONE_PARENT | libc::SIGCHLD | new_namespaces) as libc::c_ulong;
-    // SAFETY: this process is single-threaded (the helper runs nothing else), so the child
-    // may do anything after the clone. A raw clone, as fork(2) is one, for CLONE_PARENT: with
-    // no stack given, the child runs on a copy of ours.
-    let child = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    let child = clone_child(new_namespaces, cgroup)?;
     match child {
-        -1 => Err(os("clone")),
         0 => {
             drop(reader);
             p.ready_fd = Some(writer.as_raw_fd());
@@ -367,6 +497,12 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
     if let Some(plan) = &p.rootfs {
         plan.enter()?;
     }
+    // Before the pause's chroot (its root has no /proc); the profile applies from the
+    // execve on, wherever it is written (runc writes it before no_new_privs for a create,
+    // after the user for an exec: the same from an unconfined helper).
+    if let Some(profile) = &p.apparmor {
+        apply_apparmor(profile)?;
+    }
     reset_signals();
     // SAFETY: setsid has no preconditions.
     if unsafe { libc::setsid() } < 0 {
@@ -376,6 +512,7 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
     if p.console.is_some() && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
         return Err(os("set the controlling terminal"));
     }
+    raise_open_files();
     for (resource, limit) in &p.rlimits {
         // SAFETY: a valid rlimit.
         if unsafe { libc::setrlimit(*resource, limit) } < 0 {
@@ -434,6 +571,52 @@ fn setup(p: &mut Prepared) -> Result<Never, String> {
         seccomp::load(bpf, *flags).map_err(|e| format!("load the seccomp filter: {e}"))?;
     }
     exec(p)
+}
+
+/// The soft limit of open files raised to the hard one, as the process finds it after runc:
+/// Go (1.19 on, runc 1.1.5's Debian build) raises it at every start, and runc's init passes
+/// its own on; the spec's rlimits, set after, still decide where they name it.
+fn raise_open_files() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit into a live struct, setrlimit with it.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
+/// runc's `apparmor.ApplyProfile`: `exec PROFILE` written to this task's own `exec`
+/// attribute (AppArmor's own file since Linux 5.8, else the one every module shares), which
+/// the next execve enters; a file that is not procfs's (a container that mounted over its
+/// /proc) is refused, as runc refuses it.
+fn apply_apparmor(profile: &CStr) -> Result<(), String> {
+    let own = "/proc/self/attr/apparmor/exec";
+    let path = if Path::new(own).exists() {
+        own
+    } else {
+        "/proc/self/attr/exec"
+    };
+    let failed = |e: std::io::Error| format!("apparmor failed to apply profile: write {path}: {e}");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(failed)?;
+    // SAFETY: a plain C struct, for which all zeroes is a valid value.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs of an open descriptor into that struct.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } < 0
+        || fs.f_type != libc::PROC_SUPER_MAGIC
+    {
+        return Err(format!(
+            "apparmor failed to apply profile: {path} is not on procfs"
+        ));
+    }
+    file.write_all(profile.to_bytes()).map_err(failed)
 }
 
 /// A created container's init: its program found (a missing one is create's error, as with

@@ -1,9 +1,12 @@
 //! A container's resident exec helper (`peapod-shim nsexec --resident`): it joins the
-//! container once (its cgroups, oom_score_adj and namespaces) and then forks every exec the
-//! shim sends it, so that an exec's process is born in the container's cgroups instead of
-//! being moved there. Moving a process into a cgroup is what a helper started per exec spent
-//! most of its time on: on a cgroup v1 host the first move waits for an RCU grace period
-//! (about 5 of the 6 ms an exec took; `scripts/cgroup-move-cost`).
+//! container once (its oom_score_adj and namespaces, and on a v1 host its cgroups) and then
+//! forks every exec the shim sends it, so that an exec's process is born in the container's
+//! cgroups instead of being moved there. Moving a process into a cgroup is what a helper
+//! started per exec spent most of its time on: on a cgroup v1 host the first move waits for
+//! an RCU grace period (about 5 of the 6 ms an exec took; `scripts/cgroup-move-cost`). On a
+//! v2 host the helper does not move at all: each process is cloned straight into the
+//! container's cgroup (clone3's `CLONE_INTO_CGROUP`, Linux 5.7; the helper joins it where the
+//! kernel cannot), and the helper stays in the shim's cgroup.
 //!
 //! The helper stays outside the container's PID namespace (joining it applies to children
 //! only), so the container's processes never see it. Each process is cloned with
@@ -16,7 +19,7 @@
 //! stdin, stdout and stderr) with the process's pid or why it did not start.
 
 use crate::host::Lsm;
-use crate::process;
+use crate::process::{self, CgroupFd};
 use crate::seccomp;
 use crate::spec::{self, Process, Spec};
 use crate::wire::{self, Reply};
@@ -75,6 +78,8 @@ struct Resident {
     /// This helper's /proc/self/oom_score_adj, opened while it was the host's, and its value.
     oom_file: std::fs::File,
     oom_score_adj: Option<i32>,
+    /// The container's cgroup, its processes are cloned into (a v2 host).
+    cgroup: Option<CgroupFd>,
 }
 
 impl Resident {
@@ -87,7 +92,13 @@ impl Resident {
             .open("/proc/self/oom_score_adj")
             .map_err(|e| format!("open /proc/self/oom_score_adj: {e}"))?;
         let oom_score_adj = spec.process.as_ref().and_then(|p| p.oom_score_adj);
-        let init = process::join_container(init_pid, oom_score_adj)?;
+        // Opened before the namespaces change (the container's mount namespace has its own
+        // /sys/fs/cgroup).
+        let root = std::path::Path::new(peapod_host::cgroup::DEFAULT_ROOT);
+        let cgroup = peapod_host::cgroup::is_unified(root)
+            .then(|| CgroupFd::of(init_pid, root))
+            .transpose()?;
+        let init = process::join_container(init_pid, oom_score_adj, cgroup.as_ref())?;
         Ok(Resident {
             refused: unsupported_container(&spec),
             lsm,
@@ -95,6 +106,7 @@ impl Resident {
             init,
             oom_file,
             oom_score_adj,
+            cgroup,
         })
     }
 
@@ -173,12 +185,12 @@ impl Resident {
                 self.oom_score_adj = Some(adj);
             }
         }
-        let mut prepared = process::prepare(&process, self.bpf.clone())?;
+        let mut prepared = process::prepare(&process, self.bpf.clone(), &self.lsm)?;
         if let Some(console) = &console {
             prepared = prepared.with_console(console.as_raw_fd());
         }
         let fds = [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()];
-        process::start(&mut prepared, fds, 0)
+        process::start(&mut prepared, fds, 0, self.cgroup.as_mut())
     }
 }
 
@@ -211,9 +223,19 @@ mod tests {
             apparmor: true,
             selinux: false,
         };
-        assert!(unsupported(&aa, &cfg, &enforced)
+        assert_eq!(
+            unsupported(&aa, &cfg, &enforced),
+            None,
+            "an AppArmor profile is applied natively"
+        );
+        let label = process(r#"{"args":["true"],"selinuxLabel":"x"}"#);
+        let selinux = Lsm {
+            apparmor: false,
+            selinux: true,
+        };
+        assert!(unsupported(&label, &cfg, &selinux)
             .unwrap()
-            .contains("AppArmor"));
+            .contains("SELinux"));
         let notify: Spec = serde_json::from_str(
             r#"{"linux":{"seccomp":{"defaultAction":"SCMP_ACT_ALLOW",
                 "syscalls":[{"names":["mkdir"],"action":"SCMP_ACT_NOTIFY"}]}}}"#,

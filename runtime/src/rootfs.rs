@@ -34,7 +34,11 @@ pub enum Kind {
     /// The cgroup hierarchies, as runc mounts them on a v1 host: a tmpfs with each
     /// hierarchy's directory of this container bound in.
     CgroupV1,
-    /// proc, sysfs, tmpfs, devpts, mqueue: mounted by type.
+    /// proc, sysfs, tmpfs, devpts, mqueue: mounted by type; and on a v2 host the spec's
+    /// `cgroup` as runc mounts it there, `cgroup2` (in the container's own cgroup namespace,
+    /// its cgroup as the root). runc falls back to a bind of the hierarchy where the kernel
+    /// refuses that mount (a user namespace without a cgroup namespace), which the native
+    /// paths never make: a failure leaves the container to runc.
     Kernel(&'static str),
 }
 
@@ -174,6 +178,7 @@ impl Plan {
         readonly: &[String],
         readonly_root: bool,
         umask: Option<u32>,
+        unified: bool,
     ) -> Result<Plan, String> {
         let mut ops = Vec::with_capacity(mounts.len());
         for m in mounts {
@@ -197,8 +202,7 @@ impl Plan {
                     "tmpfs" => Kind::Kernel("tmpfs"),
                     "devpts" => Kind::Kernel("devpts"),
                     "mqueue" => Kind::Kernel("mqueue"),
-                    // v2: next (a `cgroup2` mount of the container's own cgroup namespace;
-                    // a native create is refused on a v2 host until then).
+                    "cgroup" if unified => Kind::Kernel("cgroup2"),
                     "cgroup" => Kind::CgroupV1,
                     other => return Err(format!("a mount of type {other:?}")),
                 }
@@ -807,8 +811,19 @@ mod tests {
 
     #[test]
     fn a_plan_refuses_what_it_cannot_mount() {
-        let plan =
-            |m: Vec<Mount>| Plan::new("/r".into(), libc::MS_SLAVE, &m, &[], &[], &[], false, None);
+        let plan = |m: Vec<Mount>| {
+            Plan::new(
+                "/r".into(),
+                libc::MS_SLAVE,
+                &m,
+                &[],
+                &[],
+                &[],
+                false,
+                None,
+                false,
+            )
+        };
         let p = plan(vec![
             spec_mount("/proc", "proc", &["nosuid"]),
             spec_mount("/dev", "tmpfs", &["mode=755"]),
@@ -821,6 +836,19 @@ mod tests {
         assert_eq!(p.mounts[3].kind, Kind::Bind);
         assert_eq!(p.devices.len(), 6);
         assert!(plan(vec![spec_mount("/x", "overlay", &[])]).is_err());
+        let v2 = [spec_mount("/sys/fs/cgroup", "cgroup", &["ro", "nosuid"])];
+        let v2 = Plan::new(
+            "/r".into(),
+            libc::MS_SLAVE,
+            &v2,
+            &[],
+            &[],
+            &[],
+            false,
+            None,
+            true,
+        );
+        assert_eq!(v2.unwrap().mounts[0].kind, Kind::Kernel("cgroup2"));
         assert!(plan(vec![spec_mount("x", "tmpfs", &[])]).is_err());
         assert!(plan(vec![spec_mount("/x", "bind", &["rbind", "rshared"])]).is_err());
         let dev_bound = plan(vec![spec_mount("/dev", "bind", &["rbind"])]).unwrap();
@@ -847,6 +875,7 @@ mod tests {
             &[],
             false,
             None,
+            false,
         )
         .unwrap();
         let null: Vec<_> = p.devices.iter().filter(|n| n.path == "/dev/null").collect();

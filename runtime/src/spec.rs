@@ -32,6 +32,10 @@ pub struct Spec {
     pub hooks: Option<Hooks>,
     #[serde(default)]
     pub linux: Linux,
+    /// Their names only: the systemd driver refuses `org.systemd.property.*` (runc makes
+    /// them unit properties).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Default, Deserialize)]

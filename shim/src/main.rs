@@ -72,8 +72,9 @@ pub struct Args {
     /// native execs only) or by `runc create`.
     pub create: backend::CreateMode,
     /// The cgroup driver of the daemon that started us (`--cgroup-driver systemd`): runc is
-    /// then run with `--systemd-cgroup`, so that a `slice:prefix:name` cgroupsPath becomes a
-    /// scope unit in that slice instead of a directory of that name.
+    /// then run with `--systemd-cgroup`, and the native paths read the path alike, so that a
+    /// `slice:prefix:name` cgroupsPath becomes a scope unit in that slice instead of a
+    /// directory of that name.
     pub systemd_cgroup: bool,
 }
 

@@ -10,6 +10,7 @@ use crate::task::TaskService;
 use crate::task_api::TaskApi;
 use crate::{extension, Args};
 use containerd_shim_protos::shim_async::create_task;
+use peapod_runtime::cgroups::Driver;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -68,6 +69,11 @@ pub async fn run(args: Arc<Args>, ready: Option<OwnedFd>) -> Result<(), String> 
         runtime_root: &args.runtime_root,
         exec: args.exec,
         create: args.create,
+        cgroup_driver: if args.systemd_cgroup {
+            Driver::Systemd
+        } else {
+            Driver::Cgroupfs
+        },
     };
     let backends = Backends::new(runc, &config, helpers);
     let tasks = Arc::new(TaskService::new(

@@ -36,8 +36,9 @@ pub struct DaemonOptions {
     pub conflist: Option<String>,
     /// Extra CNI plugin directory searched before the system ones.
     pub extra_cni_bin: Option<PathBuf>,
-    /// The `[cgroup] driver` ("cgroupfs" or "systemd"); none: the daemon's default for this
-    /// host (systemd where systemd is PID 1).
+    /// The `[cgroup] driver` ("cgroupfs" or "systemd"); none: `PEAPOD_E2E_CGROUP_DRIVER`'s
+    /// (the guest runs the native paths' tests under either) unless `extra_config` names one,
+    /// else the daemon's default for this host (systemd where systemd is PID 1).
     pub cgroup_driver: Option<&'static str>,
     /// Extra TOML appended to the daemon's configuration file; `{cgroup_parent}` is replaced
     /// by this daemon's cgroup parent and `{dir}` by its directory. Without a `[pods]` table here, one putting pod cgroups
@@ -90,10 +91,17 @@ impl TestDaemon {
         let subnet = format!("10.123.{n}.0/24");
         let gateway = format!("10.123.{n}.1");
         let cgroup_parent = format!("/peapod-e2e-{n}");
-        let systemd = match opts.extra_config.as_str() {
-            c if c.contains("driver = \"systemd\"") => true,
-            c if c.contains("driver = \"cgroupfs\"") => false,
-            _ => {
+        let in_config = |d: &str| opts.extra_config.contains(&format!("driver = \"{d}\""));
+        let driver = match opts.cgroup_driver {
+            Some(d) => Some(d.to_string()),
+            None if in_config("systemd") || in_config("cgroupfs") => None,
+            None => std::env::var("PEAPOD_E2E_CGROUP_DRIVER").ok(),
+        };
+        let systemd = match driver.as_deref() {
+            Some(d) => d == "systemd",
+            None if in_config("systemd") => true,
+            None if in_config("cgroupfs") => false,
+            None => {
                 peapod_daemon::config::CgroupDriver::host_default()
                     == peapod_daemon::config::CgroupDriver::Systemd
             }
@@ -136,8 +144,7 @@ impl TestDaemon {
             state = state.display(),
             conf = conf_dir.display(),
             bins = bin_dirs,
-            driver = opts
-                .cgroup_driver
+            driver = driver
                 .map(|d| format!("driver = \"{d}\"\n"))
                 .unwrap_or_default(),
             extra = extra
@@ -335,6 +342,17 @@ impl TestDaemon {
             }
         }
         out
+    }
+
+    /// The cgroup (from the hierarchy's root) of pod or container `id`, made under this
+    /// daemon's parent: `<parent>/<id>`, or with the systemd driver the scope
+    /// `<slice path>/peapod-<id>.scope`.
+    pub fn cgroup_path(&self, id: &str) -> String {
+        if self.systemd {
+            format!("{}/peapod-{id}.scope", self.cgroup_dir())
+        } else {
+            format!("{}/{id}", self.cgroup_parent.trim_end_matches('/'))
+        }
     }
 
     /// Removes every pod through CRI (best effort).

@@ -10,6 +10,38 @@ pub fn write_script(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
+/// A runc that logs each command line to `<dir>/runtime-calls` and runs the real one:
+/// `<dir>/bin/runc` (named runc, as the shim's native paths ask of the runtime), for tests
+/// that count which calls a pod's life made.
+pub fn logging_runc(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("create the wrapper's directory");
+    let real = Command::new("sh")
+        .args(["-c", "command -v runc"])
+        .output()
+        .expect("command -v runc");
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    assert!(!real.is_empty(), "runc is not installed");
+    let script = bin.join("runc");
+    write_script(
+        &script,
+        &format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nexec {real} \"$@\"\n",
+            dir.join("runtime-calls").display()
+        ),
+    );
+    script
+}
+
+/// The command lines the [`logging_runc`] of `dir` has run.
+pub fn runtime_calls(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("runtime-calls"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// Mount points at or under `dir`, from /proc/self/mountinfo (deepest first).
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
@@ -98,9 +130,40 @@ pub fn cgroups_below(parent: &str) -> Vec<PathBuf> {
 
 /// Whether a cgroup named `name` exists under `parent` in any hierarchy.
 pub fn cgroup_exists(parent: &str, name: &str) -> bool {
+    cgroup_path_exists(&format!("{}/{name}", parent.trim_end_matches('/')))
+}
+
+/// Whether cgroup `path` (from the hierarchy's root) exists in any hierarchy.
+pub fn cgroup_path_exists(path: &str) -> bool {
     cgroup_roots()
         .iter()
-        .any(|r| r.join(parent.trim_start_matches('/')).join(name).is_dir())
+        .any(|r| r.join(path.trim_start_matches('/')).is_dir())
+}
+
+/// Whether the host runs the unified hierarchy alone (cgroup v2).
+pub fn unified_cgroups() -> bool {
+    peapod_host::cgroup::is_unified(Path::new("/sys/fs/cgroup"))
+}
+
+/// The directory of cgroup `path` where a file of `v1_controller` is: that controller's
+/// hierarchy on a v1 host, the unified hierarchy on v2.
+pub fn cgroup_fs_dir(path: &str, v1_controller: &str) -> PathBuf {
+    let root = Path::new("/sys/fs/cgroup");
+    let rel = path.trim_start_matches('/');
+    if unified_cgroups() {
+        root.join(rel)
+    } else {
+        root.join(v1_controller).join(rel)
+    }
+}
+
+/// The processes in cgroup `path` (its `pids` hierarchy on v1).
+pub fn cgroup_procs(path: &str) -> Vec<u32> {
+    std::fs::read_to_string(cgroup_fs_dir(path, "pids").join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
 /// Where the cgroups under a CRI cgroup parent are: the parent itself, or with the systemd

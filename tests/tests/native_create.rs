@@ -40,13 +40,40 @@ awk '{ for (i = 7; i <= NF; i++) if ($i == "-") s = i; print $5, $6, $(s + 1) }'
 echo "== dev"
 for f in /dev/* /dev/pts/* /dev/shm /dev/mqueue; do stat -c '%n %A %u %g %t:%T %N' "$f"; done
 echo "== cgroup"
-ls /sys/fs/cgroup
-for f in memory/memory.limit_in_bytes memory/memory.memsw.limit_in_bytes memory/memory.soft_limit_in_bytes \
-         cpu/cpu.shares cpu/cpu.cfs_quota_us cpu/cpu.cfs_period_us pids/pids.max cpuset/cpuset.cpus \
-         devices/devices.list; do
-  echo "$f: $(cat /sys/fs/cgroup/$f 2>&1 | tr '\n' ' ')"
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  # cgroup v2: in a cgroup namespace of its own its cgroup is the root, else (privileged)
+  # its directory is below. Ids and the daemon's slot differ between the two daemons.
+  own=$(cut -d: -f3 /proc/self/cgroup)
+  echo "cgroup $own" | sed -e 's/[0-9a-f]\{64\}/ID/g' -e 's/peapod[-_]e2e[-_][0-9]*/PARENT/g'
+  d=/sys/fs/cgroup; [ "$own" = / ] || d=/sys/fs/cgroup$own
+  ls $d | tr '\n' ' '; echo
+  for f in cgroup.controllers cgroup.subtree_control cgroup.type cgroup.freeze memory.max memory.swap.max \
+           memory.low memory.high memory.min cpu.weight cpu.max pids.max cpuset.cpus cpuset.mems io.weight; do
+    echo "$f: $(cat $d/$f 2>&1 | tr '\n' ' ')"
+  done
+  if mkdir $d/probe 2>/dev/null; then rmdir $d/probe; echo "cgroupfs: writable"; else echo "cgroupfs: read-only"; fi
+else
+  ls /sys/fs/cgroup
+  for f in memory/memory.limit_in_bytes memory/memory.memsw.limit_in_bytes memory/memory.soft_limit_in_bytes \
+           cpu/cpu.shares cpu/cpu.cfs_quota_us cpu/cpu.cfs_period_us pids/pids.max cpuset/cpuset.cpus \
+           devices/devices.list; do
+    echo "$f: $(cat /sys/fs/cgroup/$f 2>&1 | tr '\n' ' ')"
+  done
+  if touch /sys/fs/cgroup/memory/probe 2>/dev/null; then echo "cgroupfs: writable"; else echo "cgroupfs: read-only"; fi
+fi
+echo "== devices"
+# What the device rules let through: the defaults, and a device made here that no rule allows
+# (/dev/loop-control's numbers, in the container's /dev tmpfs: a device whose opening the
+# kernel checks no capability for).
+for f in /dev/null /dev/zero /dev/full /dev/random /dev/tty; do
+  if (exec 3<>$f) 2>/dev/null; then echo "open $f: yes"; else echo "open $f: no"; fi
 done
-if touch /sys/fs/cgroup/memory/probe 2>/dev/null; then echo "cgroupfs: writable"; else echo "cgroupfs: read-only"; fi
+if mknod /dev/probe-loop c 10 237 2>/dev/null; then
+  if (exec 3</dev/probe-loop) 2>/dev/null; then echo "loop-control: opened"; else echo "loop-control: denied"; fi
+  rm -f /dev/probe-loop
+else
+  echo "loop-control: no mknod"
+fi
 echo "== volume"
 cat /data/file 2>&1
 if touch /data/probe 2>/dev/null; then echo "volume: writable"; else echo "volume: read-only"; fi
@@ -55,12 +82,24 @@ trap 'exit 7' TERM
 sleep 3600 & wait
 "#;
 
+/// The limits an update changes, as the container sees them.
+const LIMITS: &str = r#"
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+  own=$(cut -d: -f3 /proc/self/cgroup); d=/sys/fs/cgroup; [ "$own" = / ] || d=/sys/fs/cgroup$own
+  cat $d/memory.max $d/memory.swap.max $d/cpu.max $d/cpu.weight
+else
+  cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.shares
+fi
+"#;
+
 struct Case {
     name: &'static str,
     pod: fn(&mut cri::PodSandboxConfig),
     container: fn(&mut cri::ContainerConfig),
     /// Lines the description must hold (so that the case is what it says).
     expect: &'static [&'static str],
+    /// And those of its cgroup, on a v1 host and on v2.
+    expect_cgroup: (&'static [&'static str], &'static [&'static str]),
 }
 
 fn security(c: &mut cri::ContainerConfig) -> &mut cri::LinuxContainerSecurityContext {
@@ -85,7 +124,17 @@ fn cases() -> Vec<Case> {
             name: "root",
             pod: no_pod_change,
             container: |_| {},
-            expect: &["Uid:\t0\t0\t0\t0", "root: writable", "proc/sys: read-only"],
+            expect: &[
+                "Uid:\t0\t0\t0\t0",
+                "root: writable",
+                "proc/sys: read-only",
+                "open /dev/null: yes",
+                "loop-control: denied",
+            ],
+            expect_cgroup: (
+                &[],
+                &["cgroup /", "cgroupfs: read-only", "memory.max: max "],
+            ),
         },
         Case {
             name: "nonroot-limits",
@@ -103,11 +152,20 @@ fn cases() -> Vec<Case> {
                 r.cpu_shares = 512;
                 r.cpuset_cpus = "0".into();
             },
-            expect: &[
-                "Uid:\t1000\t1000\t1000\t1000",
-                "memory/memory.limit_in_bytes: 67108864 ",
-                "cpu/cpu.cfs_quota_us: 50000 ",
-            ],
+            expect: &["Uid:\t1000\t1000\t1000\t1000", "loop-control: no mknod"],
+            expect_cgroup: (
+                &[
+                    "memory/memory.limit_in_bytes: 67108864 ",
+                    "cpu/cpu.cfs_quota_us: 50000 ",
+                ],
+                &[
+                    "memory.max: 67108864 ",
+                    "memory.swap.max: 0 ",
+                    "cpu.max: 50000 100000 ",
+                    "cpu.weight: 20 ",
+                    "cpuset.cpus: 0 ",
+                ],
+            ),
         },
         Case {
             name: "privileged",
@@ -119,7 +177,8 @@ fn cases() -> Vec<Case> {
                     .privileged = true;
             },
             container: |c| security(c).privileged = true,
-            expect: &["Seccomp:\t0", "proc/sys: writable"],
+            expect: &["Seccomp:\t0", "proc/sys: writable", "loop-control: opened"],
+            expect_cgroup: (&[], &["cgroupfs: writable"]),
         },
         Case {
             name: "read-only-root-seccomp",
@@ -139,6 +198,7 @@ fn cases() -> Vec<Case> {
                 });
             },
             expect: &["root: read-only", "Seccomp:\t2", "NoNewPrivs:\t1"],
+            expect_cgroup: (&[], &[]),
         },
         Case {
             name: "user-namespace",
@@ -162,38 +222,14 @@ fn cases() -> Vec<Case> {
             },
             container: |_| {},
             expect: &["Uid:\t0\t0\t0\t0"],
+            expect_cgroup: (&[], &[]),
         },
     ]
 }
 
-/// A runc that logs each command line to `calls` (named runc: the shim's native paths are
-/// only for runc).
-fn logging_runc(dir: &Path) -> std::path::PathBuf {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let script = bin.join("runc");
-    let real = std::process::Command::new("sh")
-        .args(["-c", "command -v runc"])
-        .output()
-        .expect("command -v runc");
-    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$*\" >> {}\nexec {real} \"$@\"\n",
-            dir.join("runtime-calls").display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    script
-}
-
 fn create_calls(dir: &Path) -> usize {
-    std::fs::read_to_string(dir.join("runtime-calls"))
-        .unwrap_or_default()
-        .lines()
+    e2e::host::runtime_calls(dir)
+        .iter()
         .filter(|l| l.split_whitespace().any(|w| w == "create"))
         .count()
 }
@@ -229,7 +265,9 @@ async fn observe(d: &mut TestDaemon, image: &str, volume: &Path) -> Vec<(String,
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        for want in case.expect {
+        let (v1, v2) = case.expect_cgroup;
+        let cgroup = if e2e::host::unified_cgroups() { v2 } else { v1 };
+        for want in case.expect.iter().chain(cgroup) {
             assert!(
                 text.lines().any(|l| l.starts_with(want)),
                 "{}: no line {want:?} in\n{text}",
@@ -255,16 +293,7 @@ async fn observe(d: &mut TestDaemon, image: &str, volume: &Path) -> Vec<(String,
             .await
             .map(|_| "ok".to_string())
             .unwrap_or_else(|e| format!("{:?}", e.code()));
-        let after = exec_sync_in(
-            d,
-            &id,
-            &[
-                "sh",
-                "-c",
-                "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.shares",
-            ],
-        )
-        .await;
+        let after = exec_sync_in(d, &id, &["sh", "-c", LIMITS]).await;
         let after = String::from_utf8_lossy(&after.stdout).replace('\n', " ");
         d.cri
             .runtime
@@ -288,7 +317,7 @@ async fn observe(d: &mut TestDaemon, image: &str, volume: &Path) -> Vec<(String,
 }
 
 async fn daemon(name: &str, create: &str, dir: &Path) -> TestDaemon {
-    let runtime = logging_runc(dir);
+    let runtime = e2e::host::logging_runc(dir);
     TestDaemon::start_with(
         name,
         DaemonOptions {

@@ -436,7 +436,7 @@ async fn a_resident_helper_is_replaced_when_killed_and_leaves_with_its_container
         })
         .await
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + e2e::scaled(std::time::Duration::from_secs(5));
     while !resident_pids(&id).is_empty() {
         assert!(
             std::time::Instant::now() < deadline,

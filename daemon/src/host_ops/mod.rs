@@ -23,6 +23,10 @@ use std::path::{Path, PathBuf};
 /// Size of a pod's /dev/shm (containerd's and Docker's default).
 const SHM_SIZE: &str = "65536k";
 
+/// How long a systemd call may take (connecting, and a scope's stop job; systemd's own
+/// default stop timeout is longer, but a scope's processes are SIGKILLed at once).
+const SYSTEMD_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 pub trait HostOps: Send + Sync {
     /// Creates a new network namespace pinned at `dir/name`. With `userns` (a pod with its own
     /// user namespace), the user namespace is made too, pinned at
@@ -48,8 +52,10 @@ pub trait HostOps: Send + Sync {
     fn idmapped_bind(&self, bind: &IdmappedBind<'_>, userns: &Path) -> Result<()>;
     /// Removes the cgroup of an object whose runtime `create` may have been cut short (killed
     /// with a dead daemon, or by recovery): its processes are killed and its directories
-    /// removed in every hierarchy. `cgroups_path` is the runtime spec's; a systemd-driver path
-    /// (`slice:prefix:name`) is left to systemd, which removes an empty scope itself.
+    /// removed in every hierarchy. `cgroups_path` is the runtime spec's; for a systemd-driver
+    /// path (`slice:prefix:name`) its scope is stopped, which kills what still runs there
+    /// (the shim's native pause or container, which no OCI runtime knows, would otherwise
+    /// keep it), and systemd removes its directory.
     fn remove_cgroup(&self, cgroups_path: &str) -> Result<()>;
     /// Called a few milliseconds before a process will be moved into a cgroup (the pause
     /// helper's join, `runc create`'s): starts, in the background, the kernel's wait that the
@@ -115,8 +121,23 @@ impl HostOps for RealHostOps {
     }
 
     fn remove_cgroup(&self, cgroups_path: &str) -> Result<()> {
-        if cgroups_path.is_empty() || cgroups_path.contains(':') {
+        if cgroups_path.is_empty() {
             return Ok(());
+        }
+        if let Some((unit, _)) = peapod_host::systemd::scope_of(cgroups_path) {
+            return off_runtime(move || {
+                peapod_host::systemd::Systemd::connect(SYSTEMD_CALL_TIMEOUT)
+                    .and_then(|mut systemd| systemd.stop_unit(&unit))
+                    .map_err(|e| {
+                        Error::io(
+                            format_args!("stop the scope {unit}"),
+                            std::io::Error::other(e),
+                        )
+                    })
+            });
+        }
+        if cgroups_path.contains(':') {
+            return Ok(()); // not a cgroupfs path, nor a scope of ours
         }
         let root = Path::new(peapod_host::cgroup::DEFAULT_ROOT);
         off_runtime(|| peapod_host::cgroup::remove(root, cgroups_path)).map_err(|e| {

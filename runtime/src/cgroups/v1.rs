@@ -5,63 +5,15 @@
 //!
 //! Only files of hierarchies the host has are written; a value for a controller the host
 //! lacks is an error naming the file, as runc's would be. What this module does not write
-//! is told by [`unsupported`], before anything is made.
+//! is told by `Cgroups::unsupported`, before anything is made.
 
-use crate::spec::{BlockIo, Cpu, DeviceRule as SpecRule, Memory, Resources};
+use super::{devices, write};
+use crate::spec::{BlockIo, Cpu, Memory, Resources};
 use std::path::{Path, PathBuf};
-
-/// runc 1.1's default device rules (libcontainer/specconv `AllowedDevices`), added after the
-/// spec's own at create: `mknod` of any device, the standard character devices (null,
-/// random, full, tty, zero, urandom), the pty slaves and ptmx, and /dev/net/tun.
-pub const DEFAULT_DEVICE_RULES: [&str; 11] = [
-    "c *:* m",
-    "b *:* m",
-    "c 1:3 rwm",
-    "c 1:8 rwm",
-    "c 1:7 rwm",
-    "c 5:0 rwm",
-    "c 1:5 rwm",
-    "c 1:9 rwm",
-    "c 136:* rwm",
-    "c 5:2 rwm",
-    "c 10:200 rwm",
-];
-
-/// Why `resources` cannot be written by this module, if so (the runtime then does it).
-pub fn unsupported(resources: &Resources) -> Option<&'static str> {
-    for (key, value) in &resources.others {
-        if value.is_null() {
-            continue;
-        }
-        match key.as_str() {
-            "unified" if value.as_object().is_some_and(|m| m.is_empty()) => {}
-            "unified" => return Some("unified (cgroup v2) resources"),
-            "network" => return Some("network class or priorities"),
-            "rdma" => return Some("RDMA limits"),
-            _ => return Some("a resource this shim does not know"),
-        }
-    }
-    if resources.cpu.as_ref().is_some_and(|c| c.idle.is_some()) {
-        return Some("a CPU idle setting");
-    }
-    if resources
-        .memory
-        .as_ref()
-        .is_some_and(|m| m.check_before_update.is_some())
-    {
-        return Some("a memory check before update");
-    }
-    None
-}
 
 /// The directory of cgroup `path` in the v1 hierarchy of `controller` under `root`.
 fn dir(root: &Path, controller: &str, path: &str) -> Option<PathBuf> {
     peapod_host::cgroup::v1_dir(root, controller, path)
-}
-
-fn write(dir: &Path, file: &str, value: &str) -> Result<(), String> {
-    let path = dir.join(file);
-    std::fs::write(&path, value).map_err(|e| format!("write {} = {value}: {e}", path.display()))
 }
 
 /// The directory of `controller`, which must exist when a value is set for it.
@@ -114,131 +66,19 @@ pub fn apply(
     }
     if at_create {
         if let Some(d) = dir(root, "devices", path) {
-            let (default_allow, exceptions) = emulate_devices(&resources.devices);
-            let (default_file, exception_file) = if default_allow {
+            let rules = devices::emulate(&resources.devices);
+            let (default_file, exception_file) = if rules.default_allow {
                 ("devices.allow", "devices.deny")
             } else {
                 ("devices.deny", "devices.allow")
             };
             write(&d, default_file, "a")?;
-            for e in exceptions {
+            for e in rules.exceptions {
                 write(&d, exception_file, &e.line())?;
             }
         }
     }
     Ok(())
-}
-
-/// One device rule, parsed: a type (`a`, `b`, `c`), major and minor (`None`: any), access.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct DeviceRule {
-    kind: char,
-    major: Option<i64>,
-    minor: Option<i64>,
-    access: String,
-}
-
-impl DeviceRule {
-    fn parse(rule: &SpecRule) -> (bool, DeviceRule) {
-        let kind = rule
-            .kind
-            .as_deref()
-            .and_then(|t| t.chars().next())
-            .unwrap_or('a');
-        let access = rule
-            .access
-            .as_deref()
-            .filter(|a| !a.is_empty())
-            .unwrap_or("rwm");
-        let parsed = DeviceRule {
-            kind,
-            major: rule.major.filter(|n| *n >= 0),
-            minor: rule.minor.filter(|n| *n >= 0),
-            access: canonical_access(access),
-        };
-        (rule.allow, parsed)
-    }
-
-    fn parse_line(line: &str) -> DeviceRule {
-        let mut parts = line.split(' ');
-        let kind = parts.next().and_then(|t| t.chars().next()).unwrap_or('a');
-        let (major, minor) = parts
-            .next()
-            .and_then(|n| n.split_once(':'))
-            .unwrap_or(("*", "*"));
-        let num = |n: &str| n.parse::<i64>().ok();
-        DeviceRule {
-            kind,
-            major: num(major),
-            minor: num(minor),
-            access: canonical_access(parts.next().unwrap_or("rwm")),
-        }
-    }
-
-    fn whole_list(&self) -> bool {
-        self.kind == 'a' && self.major.is_none() && self.minor.is_none()
-    }
-
-    /// As the devices files take it: `c 1:3 rwm`.
-    fn line(&self) -> String {
-        let n = |v: Option<i64>| v.map_or("*".to_string(), |v| v.to_string());
-        format!(
-            "{} {}:{} {}",
-            self.kind,
-            n(self.major),
-            n(self.minor),
-            self.access
-        )
-    }
-}
-
-fn canonical_access(access: &str) -> String {
-    "rwm".chars().filter(|c| access.contains(*c)).collect()
-}
-
-/// The cgroup's device state after the spec's rules and then runc's defaults, as runc's
-/// devices emulator computes it: whether devices are allowed by default, and the exceptions
-/// to that, sorted (the order runc writes them in, and so the kernel's `devices.list`).
-fn emulate_devices(spec_rules: &[SpecRule]) -> (bool, Vec<DeviceRule>) {
-    let mut default_allow = true;
-    let mut exceptions: Vec<DeviceRule> = Vec::new();
-    let defaults = DEFAULT_DEVICE_RULES
-        .iter()
-        .map(|l| (true, DeviceRule::parse_line(l)));
-    for (allow, rule) in spec_rules.iter().map(DeviceRule::parse).chain(defaults) {
-        if rule.whole_list() {
-            default_allow = allow;
-            exceptions.clear();
-            continue;
-        }
-        let same = exceptions
-            .iter()
-            .position(|e| e.kind == rule.kind && e.major == rule.major && e.minor == rule.minor);
-        if allow != default_allow {
-            // An exception to the default: added, or its access widened.
-            match same {
-                Some(i) => {
-                    let merged = format!("{}{}", exceptions[i].access, rule.access);
-                    exceptions[i].access = canonical_access(&merged);
-                }
-                None => exceptions.push(rule),
-            }
-        } else if let Some(i) = same {
-            // Back to the default for this access.
-            let left: String = exceptions[i]
-                .access
-                .chars()
-                .filter(|c| !rule.access.contains(*c))
-                .collect();
-            if left.is_empty() {
-                exceptions.remove(i);
-            } else {
-                exceptions[i].access = left;
-            }
-        }
-    }
-    exceptions.sort();
-    (default_allow, exceptions)
 }
 
 /// runc's `setMemoryAndSwap` and the rest of its memory group.
@@ -464,40 +304,6 @@ mod tests {
     }
 
     #[test]
-    fn device_rules_end_as_runcs_emulator_leaves_them() {
-        let rules = res(json!({"devices": [
-            {"allow": false, "access": "rwm"},
-            {"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rw"},
-            {"allow": true, "type": "c", "major": 1, "minor": 3, "access": "r"},
-        ]}));
-        let (allow, list) = emulate_devices(&rules.devices);
-        assert!(!allow);
-        let lines: Vec<String> = list.iter().map(DeviceRule::line).collect();
-        assert_eq!(
-            lines,
-            [
-                "b *:* m",
-                "c *:* m",
-                "c 1:3 rwm",
-                "c 1:5 rwm",
-                "c 1:7 rwm",
-                "c 1:8 rwm",
-                "c 1:9 rwm",
-                "c 5:0 rwm",
-                "c 5:2 rwm",
-                "c 10:200 rwm",
-                "c 10:229 rw",
-                "c 136:* rwm"
-            ]
-        );
-        // Privileged: every device, and nothing after it narrows that.
-        let all = res(json!({"devices": [{"allow": true, "access": "rwm"}]}));
-        let (allow, list) = emulate_devices(&all.devices);
-        assert!(allow);
-        assert!(list.is_empty(), "{list:?}");
-    }
-
-    #[test]
     fn a_value_for_a_missing_controller_names_the_file() {
         let root = host(&["memory"]);
         let e = apply(
@@ -510,22 +316,5 @@ mod tests {
         assert!(e.contains("pids.max"), "{e}");
         // Nothing set for it: nothing to write.
         apply(root.path(), "/k/c", &res(json!({"pids": null})), false).unwrap();
-    }
-
-    #[test]
-    fn what_is_left_to_the_runtime() {
-        assert_eq!(
-            unsupported(&res(json!({"memory": {"limit": 1}, "unified": {}}))),
-            None
-        );
-        assert!(unsupported(&res(json!({"unified": {"memory.max": "1"}}))).is_some());
-        assert!(unsupported(&res(json!({"network": {"classID": 1}}))).is_some());
-        assert!(unsupported(&res(json!({"cpu": {"idle": 1}}))).is_some());
-        assert!(unsupported(&res(json!({"whatever": 1}))).is_some());
-        assert!(unsupported(&res(json!({"memory": {"checkBeforeUpdate": true}}))).is_some());
-        assert_eq!(
-            unsupported(&res(json!({"rdma": null, "unified": null}))),
-            None
-        );
     }
 }

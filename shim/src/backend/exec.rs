@@ -2,8 +2,9 @@
 //! ([`super::residents`], `peapod-shim nsexec --resident`), a few milliseconds instead of a
 //! `runc exec` (a terminal's pty made in the container by the helper's child, its master sent
 //! to the console socket as runc sends it), unless the exec needs what the native path does
-//! not do: an enforced AppArmor or SELinux label, a seccomp notify listener, a personality,
-//! an unreadable spec. The choice is made before anything starts, from the same files the
+//! not do: an enforced SELinux label, a seccomp notify listener, a personality, an
+//! unreadable spec. (An AppArmor profile is applied by the helper's child, as runc applies
+//! it.) The choice is made before anything starts, from the same files the
 //! helper reads: the exec's process here, at each exec; the container's spec once, at its
 //! create (it does not change while the container lives, and an exec probe comes every few
 //! seconds): [`container_refuses`].

@@ -29,7 +29,7 @@ pub mod runtime_cli;
 
 use crate::reaper::Reaper;
 use native::{Created, Pause};
-use peapod_runtime::cgroups::Cgroups;
+use peapod_runtime::cgroups::{Cgroups, Driver};
 use peapod_runtime::spec::{self, Spec};
 use peapod_runtime::{create, pause, Host};
 use residents::{ExecRequest, ResidentSlot};
@@ -126,6 +126,8 @@ pub struct Config<'a> {
     pub runtime_root: &'a Path,
     pub exec: ExecMode,
     pub create: CreateMode,
+    /// How a spec's `cgroupsPath` is read (`--cgroup-driver`).
+    pub cgroup_driver: Driver,
 }
 
 /// Runtimes whose pause is a plain process in namespaces, as the helper makes it. Another
@@ -167,7 +169,7 @@ impl Backends {
         let exec = config.exec == ExecMode::Native;
         Backends {
             runtime,
-            host: Host::detect(),
+            host: Host::detect(config.cgroup_driver),
             native: Some(NativePaths {
                 helpers,
                 pause: PLAIN_RUNTIMES.contains(&name),
@@ -182,7 +184,7 @@ impl Backends {
     pub fn runtime_only(runtime: Arc<dyn RuntimeCli>) -> Backends {
         Backends {
             runtime,
-            host: Host::detect(),
+            host: Host::detect(Driver::Cgroupfs),
             native: None,
         }
     }
@@ -249,7 +251,7 @@ impl Backends {
             return Err("a runtime that makes its own sandboxes".into());
         }
         let spec = spec.get()?;
-        match pause::unsupported(spec, &self.host.lsm) {
+        match pause::unsupported(spec, &self.host) {
             Some(why) => Err(why.to_string()),
             None => Ok(spec.linux.cgroups_path.clone()),
         }
@@ -365,7 +367,7 @@ impl Backends {
         match &b.kind {
             Kind::Runc | Kind::RuncAssisted(_) => self.runtime.update(id, resources_json).await,
             Kind::NativePause(_) => Err(Pause::not_supported("update")),
-            Kind::Native(c) => c.update(resources_json, &self.host.cgroups),
+            Kind::Native(c) => c.update(resources_json, &self.host.cgroups).await,
         }
     }
 
@@ -487,6 +489,7 @@ pub(crate) mod tests {
             runtime_root: dir.path(),
             exec: ExecMode::Native,
             create: CreateMode::Native,
+            cgroup_driver: Driver::Cgroupfs,
         };
         let runc = Backends::new(runtime.clone(), &config("/usr/sbin/runc"), helpers.clone());
         let runsc = Backends::new(runtime.clone(), &config("runsc"), helpers);

@@ -6,9 +6,8 @@
 //!
 //! Which containers come here is chosen before anything starts ([`super::Backends::create`]),
 //! from the same spec the helper reads and refuses by (`peapod_runtime::pause::unsupported`,
-//! `create::unsupported`): a user namespace, hooks, a terminal, a systemd cgroup, a cgroup v2
-//! host for an app container, a filesystem type it does not mount, go to the runtime as
-//! before. A helper that fails anyway (after undoing what it made) leaves the container to
+//! `create::unsupported`): a user namespace, hooks, a terminal, the systemd driver on a v1
+//! host, a filesystem type it does not mount, go to the runtime as before. A helper that fails anyway (after undoing what it made) leaves the container to
 //! the runtime, whose words then tell a spec neither can do.
 //!
 //! Why: `runc run` of the pause was the longest step of RunPodSandbox, and `runc create`
@@ -101,7 +100,12 @@ pub async fn start_pause(
     let set_up = |c: &mut Command| {
         c.stdin(stdin).stdout(stdout);
     };
-    let pause = |bundle, pid_file| Helper::Pause { bundle, pid_file };
+    let driver = cgroups.driver();
+    let pause = |bundle, pid_file| Helper::Pause {
+        bundle,
+        pid_file,
+        driver,
+    };
     match run(helpers, cgroups, cgroups_path, cmd, pause, set_up).await {
         Ok((pid, pidfd)) => {
             let made = Made::new(PAUSE, pidfd, cgroups_path);
@@ -156,7 +160,12 @@ pub async fn create(
         // Open until the helper is spawned with its copies.
         (start_r, stderr)
     };
-    let create = |bundle, pid_file| Helper::Create { bundle, pid_file };
+    let driver = cgroups.driver();
+    let create = |bundle, pid_file| Helper::Create {
+        bundle,
+        pid_file,
+        driver,
+    };
     match run(helpers, cgroups, cgroups_path, cmd, create, set_up).await {
         Ok((pid, pidfd)) => Ok((
             pid,
@@ -335,18 +344,26 @@ impl Created {
     pub fn exec_needs_runtime(id: &str) -> RuntimeCliError {
         failed(
             "exec",
-            format!("container {id} was created natively, and this exec needs runc (a terminal, an enforced label or a seccomp listener)"),
+            format!("container {id} was created natively, and this exec needs runc (an enforced SELinux label or a seccomp listener)"),
         )
     }
 
-    /// `runc update`: the resources in `resources_json` written to the container's cgroup.
-    pub fn update(&self, resources_json: &Path, cgroups: &Cgroups) -> Result<(), RuntimeCliError> {
+    /// `runc update`: the resources in `resources_json` written to the container's cgroup
+    /// (with the systemd driver, its scope's properties first), off the shim's
+    /// single-threaded runtime: systemd is asked over D-Bus.
+    pub async fn update(
+        &self,
+        resources_json: &Path,
+        cgroups: &Cgroups,
+    ) -> Result<(), RuntimeCliError> {
         let resources: Resources = spec::read(resources_json).map_err(|e| failed("update", e))?;
-        if let Some(why) = cgroups.unsupported(Some(&resources)) {
+        if let Some(why) = cgroups.unsupported_update(&resources) {
             return Err(failed("update", format!("cannot update {why}")));
         }
-        cgroups
-            .apply(&self.made.cgroups_path, &resources, false)
+        let (cgroups, path) = (cgroups.clone(), self.made.cgroups_path.clone());
+        tokio::task::spawn_blocking(move || cgroups.update(&path, &resources))
+            .await
+            .map_err(|e| failed("update", e.to_string()))?
             .map_err(|e| failed("update", e))
     }
 
