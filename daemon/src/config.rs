@@ -95,12 +95,22 @@ default_subnet = "10.88.0.0/16"
 # host[:port] spoken to over plain HTTP (localhost and loopback IPs, 127.0.0.0/8 and ::1,
 # always are; a host name that merely starts with "127." is not).
 insecure = []
+# Registry host configuration as containerd's config_path: a directory with one directory per
+# registry host ("<host>", or "<host>_<port>_" for host:port, or "_default" for every other
+# host) holding a hosts.toml in containerd's format: server, [host."https://mirror"] tables
+# tried first with capabilities = ["pull", "resolve"], ca, client = [["cert", "key"]] or
+# client = "both.pem", skip_verify, header, override_path, dial_timeout; or, without one,
+# Docker's certificate files (*.crt, *.cert with its *.key). Read at every pull, checked whole
+# at start. A host with a directory here uses it instead of [registry.mirrors] (containerd 2.x
+# deprecates those mirrors in favour of hosts.toml). Empty: not used.
+config_path = "/etc/peapod/certs.d"
 # The longest a whole pull may take; 0: no overall bound.
 pull_timeout_seconds = 1800
 # The longest a registry may send nothing while a pull waits for it.
 idle_timeout_seconds = 120
 
-# Mirrors per registry host, tried in order before the registry itself, e.g.
+# Mirrors per registry host, tried in order before the registry itself (for hosts without a
+# directory under config_path; a hosts.toml says the same with capabilities and TLS), e.g.
 # [registry.mirrors."registry.k8s.io"]
 # endpoints = ["http://127.0.0.1:5055"]
 [registry.mirrors]
@@ -304,6 +314,8 @@ pub struct Mirror {
 #[serde(default, deny_unknown_fields)]
 pub struct RegistryConfig {
     pub insecure: Vec<String>,
+    /// containerd's `config_path`: `<host>/hosts.toml` per registry host; empty: none.
+    pub config_path: PathBuf,
     pub pull_timeout_seconds: u64,
     pub idle_timeout_seconds: u64,
     pub mirrors: BTreeMap<String, Mirror>,
@@ -313,6 +325,7 @@ impl Default for RegistryConfig {
     fn default() -> Self {
         RegistryConfig {
             insecure: Vec::new(),
+            config_path: "/etc/peapod/certs.d".into(),
             pull_timeout_seconds: 1800,
             idle_timeout_seconds: 120,
             mirrors: BTreeMap::new(),
@@ -331,6 +344,8 @@ impl RegistryConfig {
                 .iter()
                 .map(|(host, m)| (host.clone(), m.endpoints.clone()))
                 .collect(),
+            config_path: (!self.config_path.as_os_str().is_empty())
+                .then(|| self.config_path.clone()),
             pull_timeout: (self.pull_timeout_seconds > 0)
                 .then(|| Duration::from_secs(self.pull_timeout_seconds)),
             idle_timeout: Duration::from_secs(self.idle_timeout_seconds),

@@ -20,6 +20,9 @@ pub enum ErrorKind {
     Unavailable,
     /// gRPC ResourceExhausted: the disk is full (the message names what was being written).
     ResourceExhausted,
+    /// gRPC FailedPrecondition: the node's own configuration (a hosts.toml, a certificate,
+    /// a signature policy) does not load; the message names the file and the field.
+    FailedPrecondition,
     /// gRPC Internal / Unknown: everything else (I/O, corrupt content, protocol errors).
     Internal,
 }
@@ -60,7 +63,9 @@ pub enum Error {
         limit: std::time::Duration,
     },
 
-    #[error("cannot reach registry at {url}: {source}")]
+    // The chain, not just reqwest's top line ("error sending request for url"): what went
+    // wrong is underneath (a TLS alert, an unknown CA, a refused connection).
+    #[error("cannot reach registry at {url}: {}", chain(source))]
     Http {
         url: String,
         #[source]
@@ -72,6 +77,13 @@ pub enum Error {
         what: String,
         expected: String,
         actual: String,
+    },
+
+    #[error("registry host configuration {file}: {}{message}", if field.is_empty() { String::new() } else { format!("{field}: ") })]
+    HostsConfig {
+        file: std::path::PathBuf,
+        field: String,
+        message: String,
     },
 
     #[error("invalid image content: {0}")]
@@ -120,6 +132,7 @@ impl Error {
             {
                 ErrorKind::ResourceExhausted
             }
+            Error::HostsConfig { .. } => ErrorKind::FailedPrecondition,
             Error::Registry { .. }
             | Error::DigestMismatch { .. }
             | Error::InvalidImage(_)
@@ -143,6 +156,21 @@ impl Error {
             source,
         }
     }
+}
+
+/// An error and its sources, each once, joined by ": ".
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// `.ctx("reading x")?` on io results: attaches what we were doing.

@@ -49,8 +49,10 @@
 //! `docker-registry`, `skopeo`, `apache2-utils` (htpasswd) and `busybox-static`.
 
 mod digest;
+mod endpoints;
 mod error;
 mod fsutil;
+mod hosts;
 mod import;
 pub mod manifest;
 mod mount;
@@ -79,6 +81,7 @@ pub mod fuzzing {
 
 pub use digest::sha256_digest;
 pub use error::{Error, ErrorKind};
+pub use hosts::check_all as check_hosts_dir;
 pub use mount::is_mountpoint;
 pub use progress::{read_progress, LayerProgress, LayerStatus, PullProgress};
 pub use reference::{normalize_reference, validate_digest, Reference};

@@ -126,6 +126,8 @@ pub struct Store {
     root: PathBuf,
     cfg: RegistryConfig,
     client: reqwest::Client,
+    /// Clients of registry hosts with TLS settings of their own (hosts.toml).
+    tls_clients: crate::hosts::Clients,
     limits: Limits,
     inner: Mutex<Inner>,
     /// Serialises state.json rewrites so the last snapshot taken is the last written.
@@ -203,9 +205,21 @@ impl Store {
             tokio::task::spawn_blocking(move || Self::open_blocking(&r2, lock_wait))
                 .await
                 .map_err(join_err)??;
+        // The registry host configuration is read at every pull; checked whole here, so that
+        // a daemon with a file that does not load does not start.
+        if let Some(dir) = &cfg.config_path {
+            let hosts = crate::hosts::check_all(dir, cfg.idle_timeout)?;
+            for host in cfg.mirrors.keys().filter(|h| h.as_str() != "*") {
+                if let Some(d) = crate::hosts::find_dir(dir, host)? {
+                    tracing::warn!(%host, dir = %d.display(), "[registry.mirrors] of this host are not used: its host directory configures its endpoints");
+                }
+            }
+            tracing::info!(config_path = %dir.display(), hosts, "registry host configuration");
+        }
         let client = registry::build_client(cfg.idle_timeout)?;
         let store = Arc::new(Store {
             root,
+            tls_clients: crate::hosts::Clients::new(cfg.idle_timeout),
             cfg,
             client,
             limits: Limits::default(),

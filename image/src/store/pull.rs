@@ -60,7 +60,7 @@ impl Store {
         r: &Reference,
         creds: Option<&Credentials>,
     ) -> Result<Image, Error> {
-        let session = Session::new(self.client.clone(), &self.cfg, r, creds);
+        let session = Session::new(self.client.clone(), &self.cfg, &self.tls_clients, r, creds)?;
         let (top, top_ct, ep) = session.manifest(r.manifest_ref()).await?;
         let top_digest = digest::sha256_digest(&top);
         let mut blobs = vec![(top_digest.clone(), top.clone())];
