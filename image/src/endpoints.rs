@@ -76,6 +76,8 @@ pub(crate) struct Endpoint {
     pub client: Option<reqwest::Client>,
     /// Sent with every request (a hosts.toml's `header`).
     pub headers: Vec<(String, String)>,
+    /// A client certificate is configured (hosts.toml `client`, or Docker's `*.cert`).
+    pub client_certificate: bool,
     /// The hosts.toml (or certificate directory) that configured it, for errors.
     pub source: Option<PathBuf>,
 }
@@ -171,6 +173,7 @@ impl RegistryConfig {
             caps: e.capabilities.unwrap_or(Capabilities::ALL),
             client: clients.for_entry(e)?,
             headers: e.headers.clone(),
+            client_certificate: !e.tls.client.is_empty(),
             source: Some(e.file.clone()),
         })
     }
@@ -192,6 +195,7 @@ impl RegistryConfig {
             caps: Capabilities::ALL,
             client: None,
             headers: Vec::new(),
+            client_certificate: false,
             source: None,
         };
         for m in mirrors {

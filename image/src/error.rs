@@ -72,6 +72,17 @@ pub enum Error {
         source: reqwest::Error,
     },
 
+    /// An HTTPS registry that dropped the connection while we had no client certificate to
+    /// offer: TLS 1.3 servers refuse a missing one after the handshake, so what the client
+    /// sees is a broken pipe or a reset, not an alert. `hint` says where one is configured.
+    #[error("cannot reach registry at {url}: {}; {hint}", chain(source))]
+    HttpNoClientCertificate {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+        hint: String,
+    },
+
     #[error("{what}: digest mismatch: expected {expected}, got {actual}")]
     DigestMismatch {
         what: String,
@@ -121,9 +132,10 @@ impl Error {
             Error::AlreadyExists(_) => ErrorKind::AlreadyExists,
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
             Error::PermissionDenied { .. } => ErrorKind::PermissionDenied,
-            Error::Http { .. } | Error::PullTimeout { .. } | Error::RegistryBusy { .. } => {
-                ErrorKind::Unavailable
-            }
+            Error::Http { .. }
+            | Error::HttpNoClientCertificate { .. }
+            | Error::PullTimeout { .. }
+            | Error::RegistryBusy { .. } => ErrorKind::Unavailable,
             Error::Io { source, .. }
                 if matches!(
                     source.raw_os_error(),

@@ -53,6 +53,7 @@ mod endpoints;
 mod error;
 mod fsutil;
 mod hosts;
+mod http;
 mod import;
 pub mod manifest;
 mod mount;

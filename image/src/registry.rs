@@ -72,25 +72,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(crate) const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 
-/// The settings every registry client shares; hosts with TLS settings of their own add to it.
-pub(crate) fn client_builder(idle_timeout: Duration) -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .user_agent(concat!("peapod/", env!("CARGO_PKG_VERSION")))
-        .connect_timeout(Duration::from_secs(30))
-        // An idle timeout, not a total one: big layers may take long, stalls may not (the
-        // whole pull is bounded by `pull_timeout`, in `Store::pull`).
-        .read_timeout(idle_timeout)
-}
-
-pub(crate) fn build_client(idle_timeout: Duration) -> Result<reqwest::Client, Error> {
-    client_builder(idle_timeout)
-        .build()
-        .map_err(|e| Error::Registry {
-            url: String::new(),
-            message: format!("building HTTP client: {e}"),
-        })
-}
-
 /// One pull's view of the registry: endpoints, credentials, cached tokens.
 pub(crate) struct Session {
     client: reqwest::Client,
@@ -173,6 +154,43 @@ struct RegistryErrorItem {
     code: String,
     #[serde(default)]
     message: String,
+}
+
+/// What to say when an HTTPS endpoint with no client certificate dropped the connection
+/// during or right after the handshake. A TLS 1.3 server that requires a certificate checks
+/// for it only after the client's handshake has finished, so the client's next write meets a
+/// closed socket; the error then says "broken pipe", which alone would send an operator to
+/// the network rather than to hosts.toml.
+fn no_client_certificate_hint(ep: &Endpoint, e: &reqwest::Error) -> Option<String> {
+    // A failed connect (refused, an untrusted server certificate) is not this: the handshake
+    // is part of the connect, and it finished.
+    if ep.plain_http() || ep.client_certificate || e.is_connect() || e.is_timeout() {
+        return None;
+    }
+    let text = crate::error::chain(e).to_lowercase();
+    // Which of these the client meets depends on when it writes: all were seen here.
+    let dropped = [
+        "broken pipe",
+        "connection reset",
+        "connection closed",
+        "unexpected eof",
+        "certificaterequired",
+        // Go's server answers a missing certificate with this alert when the client reads first.
+        "badcertificate",
+    ]
+    .iter()
+    .any(|s| text.contains(s));
+    if !dropped {
+        return None;
+    }
+    let place = match &ep.source {
+        Some(file) => format!("`client` in {}", file.display()),
+        None => format!("`client` in <registry.config_path>/{}/hosts.toml", ep.host),
+    };
+    Some(format!(
+        "the registry may require a client certificate, and none is configured for {} ({place})",
+        ep.host
+    ))
 }
 
 /// Reads a response body, refusing more than `max` bytes.
@@ -288,9 +306,16 @@ impl Session {
             }
             req.send()
         };
-        let http_err = |e| Error::Http {
-            url: url.clone(),
-            source: e,
+        let http_err = |e: reqwest::Error| match no_client_certificate_hint(ep, &e) {
+            Some(hint) => Error::HttpNoClientCertificate {
+                url: url.clone(),
+                source: e,
+                hint,
+            },
+            None => Error::Http {
+                url: url.clone(),
+                source: e,
+            },
         };
         let mut backoff = retry::Backoff::new();
         let mut resp = loop {
@@ -574,8 +599,23 @@ impl Session {
         preferred: usize,
         from: Option<u64>,
     ) -> Result<reqwest::Response, Error> {
-        let mut order: Vec<usize> = vec![preferred];
-        order.extend((0..self.endpoints.len()).filter(|&i| i != preferred));
+        // The endpoint that served the manifest first: a mirror that had it has its blobs.
+        // But hosts that may pull and not resolve (a hosts.toml mirror with capabilities =
+        // ["pull"]) were never asked for the tag: they come before the registry, as
+        // containerd fetches content from its hosts in their order.
+        let mut order: Vec<usize> = Vec::with_capacity(self.endpoints.len());
+        if self.endpoints.get(preferred).is_some_and(|e| !e.mirror) {
+            order.extend(
+                (0..self.endpoints.len())
+                    .filter(|&i| self.endpoints[i].mirror && self.endpoints[i].caps.pull)
+                    .filter(|&i| !self.endpoints[i].caps.resolve),
+            );
+        }
+        order.push(preferred);
+        let rest: Vec<usize> = (0..self.endpoints.len())
+            .filter(|i| !order.contains(i))
+            .collect();
+        order.extend(rest);
         let mut last = None;
         for i in order {
             let Some(ep) = self.endpoints.get(i).filter(|ep| ep.caps.pull) else {

@@ -9,7 +9,6 @@ use super::{Capabilities, HostEntry};
 use crate::Error;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The entries of `text` (the file at `file`, in the host directory `dir`): hosts first, in
 /// file order, then the server.
@@ -189,8 +188,13 @@ fn fields(
             },
             "dial_timeout" => match v {
                 toml::Value::String(s) => {
-                    e.tls.dial_timeout =
-                        Some(go_duration(s).map_err(|m| bad(&name(key), m))?);
+                    let d = peapod_host::duration::parse_go(s).ok_or_else(|| {
+                        bad(
+                            &name(key),
+                            format!("{s:?} is not a duration such as \"500ms\", \"5s\" or \"1m30s\""),
+                        )
+                    })?;
+                    e.tls.dial_timeout = Some(d);
                 }
                 other => {
                     return Err(bad(
@@ -262,42 +266,10 @@ fn client_pairs(
     }
 }
 
-/// Go's `time.ParseDuration` for the forms a hosts.toml uses: a number and a unit (ns, us,
-/// ms, s, m, h), possibly several ("1m30s").
-fn go_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("{s:?} is not a duration such as \"500ms\", \"5s\" or \"1m30s\"");
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err(err());
-    }
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
-        let n: f64 = rest[..num_end].parse().map_err(|_| err())?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let secs = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(err()),
-        };
-        total += Duration::try_from_secs_f64(n * secs).map_err(|_| err())?;
-        rest = &rest[unit_end..];
-    }
-    Ok(total)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn parse_ok(text: &str) -> Vec<HostEntry> {
         parse(Path::new("/c/h/hosts.toml"), Path::new("/c/h"), text).unwrap()
@@ -439,16 +411,6 @@ client = [["/abs/client.cert", "client.key"]]
         ] {
             let e = parse_err(text);
             assert!(e.contains(field), "{text:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(go_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(go_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(go_duration("1h2m").unwrap(), Duration::from_secs(3720));
-        for bad in ["", "5", "s", "5 s", "-1s", "1d"] {
-            assert!(go_duration(bad).is_err(), "{bad}");
         }
     }
 }

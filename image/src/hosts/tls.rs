@@ -191,7 +191,7 @@ fn load(entry: &HostEntry) -> Result<Loaded, Error> {
 }
 
 fn build(entry: &HostEntry, l: Loaded, idle_timeout: Duration) -> Result<reqwest::Client, Error> {
-    let mut b = crate::registry::client_builder(idle_timeout);
+    let mut b = crate::http::client_builder(idle_timeout);
     for c in l.roots {
         b = b.add_root_certificate(c);
     }

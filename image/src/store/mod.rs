@@ -50,7 +50,7 @@ pub use types::{FsInfo, FsUsage, Image, ImageConfig, Rootfs, RootfsRequest};
 use crate::digest::hex_of;
 use crate::error::IoContext;
 use crate::progress::Tracker;
-use crate::registry::{self, RegistryConfig};
+use crate::registry::RegistryConfig;
 use crate::tarball::Limits;
 use crate::unpack::LayerStats;
 use crate::Error;
@@ -216,7 +216,7 @@ impl Store {
             }
             tracing::info!(config_path = %dir.display(), hosts, "registry host configuration");
         }
-        let client = registry::build_client(cfg.idle_timeout)?;
+        let client = crate::http::build_client(cfg.idle_timeout)?;
         let store = Arc::new(Store {
             root,
             tls_clients: crate::hosts::Clients::new(cfg.idle_timeout),
