@@ -33,6 +33,9 @@ pub struct RegistryConfig {
     pub mirrors: HashMap<String, Vec<String>>,
     /// containerd's `config_path`: a directory of `<host>/hosts.toml`; None: not used.
     pub config_path: Option<PathBuf>,
+    /// A containers-policy.json(5) file checked before a pull stores anything; None: every
+    /// image is accepted.
+    pub signature_policy: Option<PathBuf>,
     /// The longest a whole pull may take (manifests, configs, every layer);
     /// None: no overall bound. A registry that trickles a byte now and then
     /// never trips the idle timeout; this catches it.
@@ -54,6 +57,7 @@ impl Default for RegistryConfig {
             insecure: Vec::new(),
             mirrors: HashMap::new(),
             config_path: None,
+            signature_policy: None,
             pull_timeout: Some(DEFAULT_PULL_TIMEOUT),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }

@@ -12,7 +12,8 @@ pub enum ErrorKind {
     InvalidArgument,
     /// gRPC Unauthenticated: the registry wants credentials we do not have or it rejected.
     Unauthenticated,
-    /// gRPC PermissionDenied: the registry knows who we are and says no.
+    /// gRPC PermissionDenied: the registry knows who we are and says no, or the signature
+    /// policy refuses the image.
     PermissionDenied,
     /// gRPC AlreadyExists.
     AlreadyExists,
@@ -97,6 +98,21 @@ pub enum Error {
         message: String,
     },
 
+    #[error("signature policy {file}: {}{message}", if field.is_empty() { String::new() } else { format!("{field}: ") })]
+    PolicyConfig {
+        file: std::path::PathBuf,
+        field: String,
+        message: String,
+    },
+
+    #[error("signature policy {file} (scope {scope}) refuses {reference}: {reason}")]
+    PolicyDenied {
+        file: std::path::PathBuf,
+        scope: String,
+        reference: String,
+        reason: String,
+    },
+
     #[error("invalid image content: {0}")]
     InvalidImage(String),
 
@@ -144,7 +160,8 @@ impl Error {
             {
                 ErrorKind::ResourceExhausted
             }
-            Error::HostsConfig { .. } => ErrorKind::FailedPrecondition,
+            Error::HostsConfig { .. } | Error::PolicyConfig { .. } => ErrorKind::FailedPrecondition,
+            Error::PolicyDenied { .. } => ErrorKind::PermissionDenied,
             Error::Registry { .. }
             | Error::DigestMismatch { .. }
             | Error::InvalidImage(_)

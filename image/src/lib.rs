@@ -57,6 +57,7 @@ mod http;
 mod import;
 pub mod manifest;
 mod mount;
+mod policy;
 pub mod progress;
 mod reference;
 mod registry;

@@ -216,6 +216,10 @@ impl Store {
             }
             tracing::info!(config_path = %dir.display(), hosts, "registry host configuration");
         }
+        if let Some(p) = &cfg.signature_policy {
+            crate::policy::Policy::load(p)?;
+            tracing::info!(signature_policy = %p.display(), "signature policy");
+        }
         let client = crate::http::build_client(cfg.idle_timeout)?;
         let store = Arc::new(Store {
             root,

@@ -5,6 +5,7 @@ use super::types::Image;
 use super::{join_err, ImageRecord, Store};
 use crate::digest::{self};
 use crate::manifest::{self, AnyManifest, ConfigFile, Descriptor};
+use crate::policy::Policy;
 use crate::progress::{self, LayerProgress, LayerStatus, PullProgress, Tracker};
 use crate::reference::{validate_digest, Reference};
 use crate::registry::{Credentials, Session};
@@ -60,9 +61,22 @@ impl Store {
         r: &Reference,
         creds: Option<&Credentials>,
     ) -> Result<Image, Error> {
+        // The signature policy is read at every pull, as CRI-O reads it; what it refuses is
+        // refused before anything is stored.
+        let policy = match &self.cfg.signature_policy {
+            Some(p) => Some(Policy::load(p)?),
+            None => None,
+        };
+        let decision = policy.as_ref().map(|p| p.decide(r));
+        if let Some(d) = &decision {
+            d.check_early(r)?;
+        }
         let session = Session::new(self.client.clone(), &self.cfg, &self.tls_clients, r, creds)?;
         let (top, top_ct, ep) = session.manifest(r.manifest_ref()).await?;
         let top_digest = digest::sha256_digest(&top);
+        if let Some(d) = &decision {
+            d.check_signed(&session, r, &top_digest).await?;
+        }
         let mut blobs = vec![(top_digest.clone(), top.clone())];
 
         let mut doc = top;
