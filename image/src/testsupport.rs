@@ -442,6 +442,7 @@ impl OciLayout {
     fn write_index(&self) -> io::Result<()> {
         let idx = AnyManifest {
             schema_version: 2,
+            artifact_type: None,
             media_type: Some(manifest::OCI_INDEX.into()),
             manifests: Some(self.index.clone()),
             ..Default::default()
@@ -482,6 +483,7 @@ impl OciLayout {
         let cfg_digest = self.put(&cfg_bytes)?;
         let manifest = AnyManifest {
             schema_version: 2,
+            artifact_type: None,
             media_type: Some(manifest::OCI_MANIFEST.into()),
             config: Some(Descriptor {
                 media_type: manifest::OCI_CONFIG.into(),
@@ -570,6 +572,7 @@ impl OciLayout {
         }
         let idx = AnyManifest {
             schema_version: 2,
+            artifact_type: None,
             media_type: Some(manifest::OCI_INDEX.into()),
             manifests: Some(manifests),
             ..Default::default()

@@ -29,6 +29,7 @@
 //! `rootfs` (container root filesystems), `fsinfo` (disk usage). This file holds the store's
 //! state, opening it, and the records every part shares.
 
+mod artifact;
 mod blobs;
 mod download;
 mod fsinfo;
@@ -73,6 +74,9 @@ struct ImageRecord {
     layers: Vec<String>,
     /// Blobs (manifests, indexes, config) this record keeps alive.
     blobs: Vec<String>,
+    /// An OCI artifact's type: its one "layer" is the directory of its files (artifact.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    artifact_type: Option<String>,
 }
 
 impl ImageRecord {
@@ -84,6 +88,7 @@ impl ImageRecord {
             size: self.size,
             config: self.config.clone(),
             pinned: self.pinned,
+            artifact_type: self.artifact_type.clone(),
         }
     }
 }

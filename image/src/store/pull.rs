@@ -119,6 +119,15 @@ impl Store {
         }
         let manifest: AnyManifest = serde_json::from_slice(&doc)
             .map_err(|e| Error::json(format!("parsing manifest of {r}"), e))?;
+        if super::artifact::is_artifact(&manifest) {
+            let resolved = super::artifact::Resolved {
+                manifest: &manifest,
+                digest: digest::sha256_digest(&doc),
+                top_digest: &top_digest,
+                blobs,
+            };
+            return self.pull_artifact(&session, ep, r, resolved).await;
+        }
         let config_desc = manifest
             .config
             .clone()
@@ -237,6 +246,7 @@ impl Store {
             pinned: false,
             layers: diff_ids,
             blobs: all_blobs,
+            artifact_type: None,
         };
         let img = self.commit_image(record).await?;
         Ok(img)
