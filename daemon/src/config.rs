@@ -95,12 +95,30 @@ default_subnet = "10.88.0.0/16"
 # host[:port] spoken to over plain HTTP (localhost and loopback IPs, 127.0.0.0/8 and ::1,
 # always are; a host name that merely starts with "127." is not).
 insecure = []
+# Registry host configuration as containerd's config_path: a directory with one directory per
+# registry host ("<host>", or "<host>_<port>_" for host:port, or "_default" for every other
+# host) holding a hosts.toml in containerd's format: server, [host."https://mirror"] tables
+# tried first with capabilities = ["pull", "resolve"], ca, client = [["cert", "key"]] or
+# client = "both.pem", skip_verify, header, override_path, dial_timeout; or, without one,
+# Docker's certificate files (*.crt, *.cert with its *.key). Read at every pull, checked whole
+# at start. A host with a directory here uses it instead of [registry.mirrors] (containerd 2.x
+# deprecates those mirrors in favour of hosts.toml). Empty: not used.
+config_path = "/etc/peapod/certs.d"
+# Signed images: a policy.json as CRI-O reads it (containers-policy.json(5), transport
+# "docker"), checked before a pull stores anything. Per registry, namespace, repository or
+# reference: insecureAcceptAnything, reject, or sigstoreSigned with a public key (keyPath,
+# keyPaths, keyData, keyDatas: ECDSA P-256, cosign's default) and a signedIdentity (cosign
+# signs the repository: "matchRepository"). The signature is the one cosign puts in the
+# registry (the sha256-<digest>.sig tag). Keyless (fulcio) and Rekor are refused as not yet
+# supported. Read at every pull, checked at start. Empty: every image is accepted.
+signature_policy = ""
 # The longest a whole pull may take; 0: no overall bound.
 pull_timeout_seconds = 1800
 # The longest a registry may send nothing while a pull waits for it.
 idle_timeout_seconds = 120
 
-# Mirrors per registry host, tried in order before the registry itself, e.g.
+# Mirrors per registry host, tried in order before the registry itself (for hosts without a
+# directory under config_path; a hosts.toml says the same with capabilities and TLS), e.g.
 # [registry.mirrors."registry.k8s.io"]
 # endpoints = ["http://127.0.0.1:5055"]
 [registry.mirrors]
@@ -304,6 +322,10 @@ pub struct Mirror {
 #[serde(default, deny_unknown_fields)]
 pub struct RegistryConfig {
     pub insecure: Vec<String>,
+    /// containerd's `config_path`: `<host>/hosts.toml` per registry host; empty: none.
+    pub config_path: PathBuf,
+    /// containers-policy.json(5); empty: every image is accepted.
+    pub signature_policy: PathBuf,
     pub pull_timeout_seconds: u64,
     pub idle_timeout_seconds: u64,
     pub mirrors: BTreeMap<String, Mirror>,
@@ -313,6 +335,8 @@ impl Default for RegistryConfig {
     fn default() -> Self {
         RegistryConfig {
             insecure: Vec::new(),
+            config_path: "/etc/peapod/certs.d".into(),
+            signature_policy: PathBuf::new(),
             pull_timeout_seconds: 1800,
             idle_timeout_seconds: 120,
             mirrors: BTreeMap::new(),
@@ -331,6 +355,10 @@ impl RegistryConfig {
                 .iter()
                 .map(|(host, m)| (host.clone(), m.endpoints.clone()))
                 .collect(),
+            config_path: (!self.config_path.as_os_str().is_empty())
+                .then(|| self.config_path.clone()),
+            signature_policy: (!self.signature_policy.as_os_str().is_empty())
+                .then(|| self.signature_policy.clone()),
             pull_timeout: (self.pull_timeout_seconds > 0)
                 .then(|| Duration::from_secs(self.pull_timeout_seconds)),
             idle_timeout: Duration::from_secs(self.idle_timeout_seconds),
@@ -786,6 +814,28 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("pods.allocatable_cpu"));
+    }
+
+    #[test]
+    fn registry_trust_keys_reach_the_image_store() {
+        let d = Config::default().registry.to_store();
+        assert_eq!(
+            d.config_path.as_deref(),
+            Some(Path::new("/etc/peapod/certs.d"))
+        );
+        assert_eq!(d.signature_policy, None);
+        let c = Config::parse(
+            "[registry]\nconfig_path = \"\"\nsignature_policy = \"/etc/containers/policy.json\"\n",
+        )
+        .unwrap()
+        .registry
+        .to_store();
+        assert_eq!(c.config_path, None);
+        assert_eq!(
+            c.signature_policy.as_deref(),
+            Some(Path::new("/etc/containers/policy.json"))
+        );
+        assert!(Config::parse("[registry]\npolicy = \"x\"\n").is_err());
     }
 
     #[test]

@@ -217,6 +217,7 @@ impl From<peapod_image::Error> for Error {
             ErrorKind::PermissionDenied => (Code::PermissionDenied, ""),
             ErrorKind::Unavailable => (Code::Unavailable, ""),
             ErrorKind::ResourceExhausted => (Code::ResourceExhausted, "image: "),
+            ErrorKind::FailedPrecondition => (Code::FailedPrecondition, ""),
             ErrorKind::Internal => (Code::Internal, "image: "),
         };
         Error {

@@ -38,6 +38,7 @@ pub mod apparmor;
 pub mod capability;
 pub mod cgroup;
 pub mod dbus;
+pub mod duration;
 pub mod fs;
 pub mod heap;
 pub mod held;

@@ -12,7 +12,8 @@ pub enum ErrorKind {
     InvalidArgument,
     /// gRPC Unauthenticated: the registry wants credentials we do not have or it rejected.
     Unauthenticated,
-    /// gRPC PermissionDenied: the registry knows who we are and says no.
+    /// gRPC PermissionDenied: the registry knows who we are and says no, or the signature
+    /// policy refuses the image.
     PermissionDenied,
     /// gRPC AlreadyExists.
     AlreadyExists,
@@ -20,6 +21,9 @@ pub enum ErrorKind {
     Unavailable,
     /// gRPC ResourceExhausted: the disk is full (the message names what was being written).
     ResourceExhausted,
+    /// gRPC FailedPrecondition: the node's own configuration (a hosts.toml, a certificate,
+    /// a signature policy) does not load; the message names the file and the field.
+    FailedPrecondition,
     /// gRPC Internal / Unknown: everything else (I/O, corrupt content, protocol errors).
     Internal,
 }
@@ -60,11 +64,24 @@ pub enum Error {
         limit: std::time::Duration,
     },
 
-    #[error("cannot reach registry at {url}: {source}")]
+    // The chain, not just reqwest's top line ("error sending request for url"): what went
+    // wrong is underneath (a TLS alert, an unknown CA, a refused connection).
+    #[error("cannot reach registry at {url}: {}", chain(source))]
     Http {
         url: String,
         #[source]
         source: reqwest::Error,
+    },
+
+    /// An HTTPS registry that dropped the connection while we had no client certificate to
+    /// offer: TLS 1.3 servers refuse a missing one after the handshake, so what the client
+    /// sees is a broken pipe or a reset, not an alert. `hint` says where one is configured.
+    #[error("cannot reach registry at {url}: {}; {hint}", chain(source))]
+    HttpNoClientCertificate {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+        hint: String,
     },
 
     #[error("{what}: digest mismatch: expected {expected}, got {actual}")]
@@ -72,6 +89,28 @@ pub enum Error {
         what: String,
         expected: String,
         actual: String,
+    },
+
+    #[error("registry host configuration {file}: {}{message}", if field.is_empty() { String::new() } else { format!("{field}: ") })]
+    HostsConfig {
+        file: std::path::PathBuf,
+        field: String,
+        message: String,
+    },
+
+    #[error("signature policy {file}: {}{message}", if field.is_empty() { String::new() } else { format!("{field}: ") })]
+    PolicyConfig {
+        file: std::path::PathBuf,
+        field: String,
+        message: String,
+    },
+
+    #[error("signature policy {file} (scope {scope}) refuses {reference}: {reason}")]
+    PolicyDenied {
+        file: std::path::PathBuf,
+        scope: String,
+        reference: String,
+        reason: String,
     },
 
     #[error("invalid image content: {0}")]
@@ -109,9 +148,10 @@ impl Error {
             Error::AlreadyExists(_) => ErrorKind::AlreadyExists,
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
             Error::PermissionDenied { .. } => ErrorKind::PermissionDenied,
-            Error::Http { .. } | Error::PullTimeout { .. } | Error::RegistryBusy { .. } => {
-                ErrorKind::Unavailable
-            }
+            Error::Http { .. }
+            | Error::HttpNoClientCertificate { .. }
+            | Error::PullTimeout { .. }
+            | Error::RegistryBusy { .. } => ErrorKind::Unavailable,
             Error::Io { source, .. }
                 if matches!(
                     source.raw_os_error(),
@@ -120,6 +160,8 @@ impl Error {
             {
                 ErrorKind::ResourceExhausted
             }
+            Error::HostsConfig { .. } | Error::PolicyConfig { .. } => ErrorKind::FailedPrecondition,
+            Error::PolicyDenied { .. } => ErrorKind::PermissionDenied,
             Error::Registry { .. }
             | Error::DigestMismatch { .. }
             | Error::InvalidImage(_)
@@ -143,6 +185,21 @@ impl Error {
             source,
         }
     }
+}
+
+/// An error and its sources, each once, joined by ": ".
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// `.ctx("reading x")?` on io results: attaches what we were doing.

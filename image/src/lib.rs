@@ -49,11 +49,15 @@
 //! `docker-registry`, `skopeo`, `apache2-utils` (htpasswd) and `busybox-static`.
 
 mod digest;
+mod endpoints;
 mod error;
 mod fsutil;
+mod hosts;
+mod http;
 mod import;
 pub mod manifest;
 mod mount;
+mod policy;
 pub mod progress;
 mod reference;
 mod registry;
@@ -79,6 +83,7 @@ pub mod fuzzing {
 
 pub use digest::sha256_digest;
 pub use error::{Error, ErrorKind};
+pub use hosts::check_all as check_hosts_dir;
 pub use mount::is_mountpoint;
 pub use progress::{read_progress, LayerProgress, LayerStatus, PullProgress};
 pub use reference::{normalize_reference, validate_digest, Reference};

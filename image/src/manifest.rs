@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+/// The empty descriptor's media type: an artifact's config with nothing to say.
+pub const OCI_EMPTY: &str = "application/vnd.oci.empty.v1+json";
 pub const OCI_LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
 pub const OCI_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 pub const OCI_LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
@@ -59,6 +61,13 @@ pub struct AnyManifest {
     pub schema_version: i64,
     #[serde(rename = "mediaType", default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
+    /// An artifact's type (image-spec 1.1), when the manifest is one.
+    #[serde(
+        rename = "artifactType",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub artifact_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<Descriptor>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -442,6 +442,7 @@ impl OciLayout {
     fn write_index(&self) -> io::Result<()> {
         let idx = AnyManifest {
             schema_version: 2,
+            artifact_type: None,
             media_type: Some(manifest::OCI_INDEX.into()),
             manifests: Some(self.index.clone()),
             ..Default::default()
@@ -482,6 +483,7 @@ impl OciLayout {
         let cfg_digest = self.put(&cfg_bytes)?;
         let manifest = AnyManifest {
             schema_version: 2,
+            artifact_type: None,
             media_type: Some(manifest::OCI_MANIFEST.into()),
             config: Some(Descriptor {
                 media_type: manifest::OCI_CONFIG.into(),
@@ -570,6 +572,7 @@ impl OciLayout {
         }
         let idx = AnyManifest {
             schema_version: 2,
+            artifact_type: None,
             media_type: Some(manifest::OCI_INDEX.into()),
             manifests: Some(manifests),
             ..Default::default()
@@ -695,6 +698,21 @@ pub struct Request {
     pub status: u16,
 }
 
+/// TLS files of a registry: its certificate and key, and the CA its clients' certificates
+/// must be signed by (`http.tls.clientcas`: a client without one is refused).
+#[derive(Debug, Clone)]
+pub struct RegistryTls {
+    pub certificate: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+struct RegistryOptions {
+    auth: Option<(String, String)>,
+    tls: Option<RegistryTls>,
+    storage: Option<PathBuf>,
+}
+
 /// Debian's `docker-registry` on 127.0.0.1 with storage of its own; killed
 /// (and its directory removed) on drop, including when a test panics.
 pub struct Registry {
@@ -720,7 +738,26 @@ impl Registry {
         Self::start_inner(Some((user.to_string(), password.to_string())))
     }
 
+    /// A registry serving `of`'s storage over TLS (`tls`): images pushed to `of` (plain
+    /// HTTP, which the push helpers speak) are pulled from this one.
+    pub fn tls_twin(of: &Registry, tls: &RegistryTls) -> io::Result<Registry> {
+        Self::start_with(RegistryOptions {
+            auth: None,
+            tls: Some(tls.clone()),
+            storage: Some(of.dir.path().join("storage")),
+        })
+    }
+
     fn start_inner(auth: Option<(String, String)>) -> io::Result<Registry> {
+        Self::start_with(RegistryOptions {
+            auth,
+            tls: None,
+            storage: None,
+        })
+    }
+
+    fn start_with(opts: RegistryOptions) -> io::Result<Registry> {
+        let RegistryOptions { auth, tls, storage } = opts;
         let mut dir = tempfile::Builder::new()
             .prefix("peapod-registry-")
             .tempdir()?;
@@ -740,13 +777,29 @@ impl Registry {
                 path.display()
             );
         }
+        let mut tls_yaml = String::new();
+        if let Some(t) = &tls {
+            tls_yaml = format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                t.certificate.display(),
+                t.key.display()
+            );
+            if let Some(ca) = &t.client_ca {
+                tls_yaml.push_str(&format!("    clientcas:\n      - {}\n", ca.display()));
+            }
+        }
+        // The TLS registry is found ready by its "listening on" line, an info one.
+        let level = if tls.is_some() { "info" } else { "warn" };
         let mut last_err = None;
         // A port found free may be taken before the registry binds it: retry.
         for _ in 0..5 {
             let port = free_port()?;
+            let storage_dir = storage
+                .clone()
+                .unwrap_or_else(|| dir.path().join("storage"));
             let config = format!(
-                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{auth_yaml}",
-                dir.path().join("storage").display()
+                "version: 0.1\nlog:\n  level: {level}\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{tls_yaml}{auth_yaml}",
+                storage_dir.display()
             );
             let cfg_path = dir.path().join("config.yml");
             std::fs::write(&cfg_path, config)?;
@@ -767,16 +820,44 @@ impl Registry {
                 child: Some(child),
                 auth: auth.clone(),
             };
-            match reg.wait_ready(Duration::from_secs(20)) {
+            let ready = if tls.is_some() {
+                reg.wait_listening(Duration::from_secs(20))
+            } else {
+                reg.wait_ready(Duration::from_secs(20))
+            };
+            match ready {
                 Ok(()) => return Ok(reg),
                 Err(e) => {
                     last_err = Some(e);
                     reg.stop();
                     dir = std::mem::replace(&mut reg.dir, tempfile::tempdir()?);
+                    let _ = std::fs::remove_file(dir.path().join("registry.log"));
                 }
             }
         }
         Err(last_err.unwrap_or_else(|| other("registry did not start")))
+    }
+
+    /// A TLS registry: ready once it logs that it listens on its port (it exits when the
+    /// port is taken, so the line is ours).
+    fn wait_listening(&mut self, timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let line = format!("listening on 127.0.0.1:{}", self.port);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    return Err(other(format!(
+                        "docker-registry exited: {status}: {}",
+                        self.log()
+                    )));
+                }
+            }
+            if self.log().contains(&line) && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(other("docker-registry (TLS) did not become ready"))
     }
 
     fn wait_ready(&mut self, timeout: Duration) -> io::Result<()> {

@@ -9,6 +9,7 @@ pub mod fixtures;
 pub mod host;
 pub mod kube;
 pub mod pods;
+pub mod registry_clients;
 pub mod slot;
 
 pub use daemon::{DaemonOptions, TestDaemon};

@@ -37,6 +37,14 @@ impl Images {
 
 impl TestDaemon {
     pub async fn pull(&mut self, reference: &str) -> String {
+        match self.try_pull(reference).await {
+            Ok(image_ref) => image_ref,
+            Err(e) => panic!("PullImage {reference}: {e}\n{}", self.log()),
+        }
+    }
+
+    /// PullImage without credentials: the image's ref, or the call's status.
+    pub async fn try_pull(&mut self, reference: &str) -> Result<String, tonic::Status> {
         self.cri
             .image
             .pull_image(cri::PullImageRequest {
@@ -47,9 +55,13 @@ impl TestDaemon {
                 ..Default::default()
             })
             .await
-            .unwrap_or_else(|e| panic!("PullImage {reference}: {e}\n{}", self.log()))
-            .into_inner()
-            .image_ref
+            .map(|r| r.into_inner().image_ref)
+    }
+
+    /// Entries in the image store's layer and content directories: a refused pull adds none.
+    pub fn stored_content(&self) -> usize {
+        let count = |p: PathBuf| std::fs::read_dir(p).map(|r| r.count()).unwrap_or(0);
+        count(self.root.join("image/layers")) + count(self.root.join("image/blobs/sha256"))
     }
 
     /// Runs a pod whose logs go under the test directory.

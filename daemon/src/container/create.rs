@@ -257,6 +257,11 @@ impl ContainerService {
         let image = self.images.resolve(&image_ref).ok_or_else(|| {
             Error::not_found(format!("image {image_ref:?} not found; pull it first"))
         })?;
+        if let Some(kind) = &image.artifact_type {
+            return Err(Error::invalid(format!(
+                "config.image {image_ref:?} is an OCI artifact ({kind}), not a container image: mount it as an image volume"
+            )));
+        }
         let img_cfg = &image.config;
         // Before anything is made: a bad config.stop_signal changes nothing.
         let stop_signal = peapod_spec::stop_signal(&config, img_cfg).map_err(Error::from)?;

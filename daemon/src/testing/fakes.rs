@@ -643,6 +643,7 @@ impl FakeImages {
                 ..Default::default()
             },
             pinned: false,
+            artifact_type: None,
         };
         FakeImages {
             faults,
@@ -661,6 +662,7 @@ impl FakeImages {
             size: 1,
             config,
             pinned: false,
+            artifact_type: None,
         };
         lock(&self.images).insert(name.to_string(), image);
     }
@@ -717,6 +719,7 @@ impl Images for FakeImages {
             size: 1,
             config,
             pinned: true,
+            artifact_type: None,
         };
         lock(&self.images).insert(name.to_string(), image);
         Ok(())

@@ -46,6 +46,7 @@ impl Store {
         let config_digest = digest::sha256_digest(&config_bytes);
         let manifest = AnyManifest {
             schema_version: 2,
+            artifact_type: None,
             media_type: Some(manifest::OCI_MANIFEST.into()),
             config: Some(Descriptor {
                 media_type: manifest::OCI_CONFIG.into(),
@@ -95,6 +96,7 @@ impl Store {
             pinned: false,
             layers: vec![diff_id],
             blobs: vec![config_digest, manifest_digest],
+            artifact_type: None,
         };
         let img = self.commit_image(record).await?;
         tracing::info!(name = %r, id = %img.id, "local image added");
@@ -120,6 +122,7 @@ impl Store {
             pinned: false,
             layers: config.rootfs.diff_ids.clone(),
             blobs,
+            artifact_type: None,
         })
         .await
     }

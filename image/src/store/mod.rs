@@ -29,6 +29,7 @@
 //! `rootfs` (container root filesystems), `fsinfo` (disk usage). This file holds the store's
 //! state, opening it, and the records every part shares.
 
+mod artifact;
 mod blobs;
 mod download;
 mod fsinfo;
@@ -50,7 +51,7 @@ pub use types::{FsInfo, FsUsage, Image, ImageConfig, Rootfs, RootfsRequest};
 use crate::digest::hex_of;
 use crate::error::IoContext;
 use crate::progress::Tracker;
-use crate::registry::{self, RegistryConfig};
+use crate::registry::RegistryConfig;
 use crate::tarball::Limits;
 use crate::unpack::LayerStats;
 use crate::Error;
@@ -73,6 +74,9 @@ struct ImageRecord {
     layers: Vec<String>,
     /// Blobs (manifests, indexes, config) this record keeps alive.
     blobs: Vec<String>,
+    /// An OCI artifact's type: its one "layer" is the directory of its files (artifact.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    artifact_type: Option<String>,
 }
 
 impl ImageRecord {
@@ -84,6 +88,7 @@ impl ImageRecord {
             size: self.size,
             config: self.config.clone(),
             pinned: self.pinned,
+            artifact_type: self.artifact_type.clone(),
         }
     }
 }
@@ -126,6 +131,8 @@ pub struct Store {
     root: PathBuf,
     cfg: RegistryConfig,
     client: reqwest::Client,
+    /// Clients of registry hosts with TLS settings of their own (hosts.toml).
+    tls_clients: crate::hosts::Clients,
     limits: Limits,
     inner: Mutex<Inner>,
     /// Serialises state.json rewrites so the last snapshot taken is the last written.
@@ -203,9 +210,25 @@ impl Store {
             tokio::task::spawn_blocking(move || Self::open_blocking(&r2, lock_wait))
                 .await
                 .map_err(join_err)??;
-        let client = registry::build_client(cfg.idle_timeout)?;
+        // The registry host configuration is read at every pull; checked whole here, so that
+        // a daemon with a file that does not load does not start.
+        if let Some(dir) = &cfg.config_path {
+            let hosts = crate::hosts::check_all(dir, cfg.idle_timeout)?;
+            for host in cfg.mirrors.keys().filter(|h| h.as_str() != "*") {
+                if let Some(d) = crate::hosts::find_dir(dir, host)? {
+                    tracing::warn!(%host, dir = %d.display(), "[registry.mirrors] of this host are not used: its host directory configures its endpoints");
+                }
+            }
+            tracing::info!(config_path = %dir.display(), hosts, "registry host configuration");
+        }
+        if let Some(p) = &cfg.signature_policy {
+            crate::policy::Policy::load(p)?;
+            tracing::info!(signature_policy = %p.display(), "signature policy");
+        }
+        let client = crate::http::build_client(cfg.idle_timeout)?;
         let store = Arc::new(Store {
             root,
+            tls_clients: crate::hosts::Clients::new(cfg.idle_timeout),
             cfg,
             client,
             limits: Limits::default(),

@@ -5,6 +5,7 @@ use super::types::Image;
 use super::{join_err, ImageRecord, Store};
 use crate::digest::{self};
 use crate::manifest::{self, AnyManifest, ConfigFile, Descriptor};
+use crate::policy::Policy;
 use crate::progress::{self, LayerProgress, LayerStatus, PullProgress, Tracker};
 use crate::reference::{validate_digest, Reference};
 use crate::registry::{Credentials, Session};
@@ -60,9 +61,22 @@ impl Store {
         r: &Reference,
         creds: Option<&Credentials>,
     ) -> Result<Image, Error> {
-        let session = Session::new(self.client.clone(), &self.cfg, r, creds);
+        // The signature policy is read at every pull, as CRI-O reads it; what it refuses is
+        // refused before anything is stored.
+        let policy = match &self.cfg.signature_policy {
+            Some(p) => Some(Policy::load(p)?),
+            None => None,
+        };
+        let decision = policy.as_ref().map(|p| p.decide(r));
+        if let Some(d) = &decision {
+            d.check_early(r)?;
+        }
+        let session = Session::new(self.client.clone(), &self.cfg, &self.tls_clients, r, creds)?;
         let (top, top_ct, ep) = session.manifest(r.manifest_ref()).await?;
         let top_digest = digest::sha256_digest(&top);
+        if let Some(d) = &decision {
+            d.check_signed(&session, r, &top_digest).await?;
+        }
         let mut blobs = vec![(top_digest.clone(), top.clone())];
 
         let mut doc = top;
@@ -105,6 +119,15 @@ impl Store {
         }
         let manifest: AnyManifest = serde_json::from_slice(&doc)
             .map_err(|e| Error::json(format!("parsing manifest of {r}"), e))?;
+        if super::artifact::is_artifact(&manifest) {
+            let resolved = super::artifact::Resolved {
+                manifest: &manifest,
+                digest: digest::sha256_digest(&doc),
+                top_digest: &top_digest,
+                blobs,
+            };
+            return self.pull_artifact(&session, ep, r, resolved).await;
+        }
         let config_desc = manifest
             .config
             .clone()
@@ -223,6 +246,7 @@ impl Store {
             pinned: false,
             layers: diff_ids,
             blobs: all_blobs,
+            artifact_type: None,
         };
         let img = self.commit_image(record).await?;
         Ok(img)

@@ -19,6 +19,10 @@ pub struct Image {
     pub config: ImageConfig,
     /// A recommendation to exempt the image from kubelet's GC (the sandbox image).
     pub pinned: bool,
+    /// Set for an OCI artifact (its `artifactType`, else its config's media type): files for
+    /// image volumes, never a container's root filesystem.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_type: Option<String>,
 }
 
 /// The config an image is recorded with: the spec crate's type, which containers are made from.
