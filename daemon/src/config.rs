@@ -550,8 +550,8 @@ impl PodsConfig {
         &self,
         root: &Path,
         driver: CgroupDriver,
-    ) -> Result<peapod_pod::settings::Settings, ConfigError> {
-        use peapod_pod::{quantity, settings as s};
+    ) -> Result<peapod_kubelet::settings::Settings, ConfigError> {
+        use peapod_kubelet::{quantity, settings as s};
         let node_name = if self.node_name.is_empty() {
             s::hostname()
         } else {
@@ -572,17 +572,17 @@ impl PodsConfig {
             pods_dir: root.join("pods"),
             node_labels: s::Settings::node_labels(&node_name, &self.node_labels),
             node_name,
-            allocatable: peapod_pod::resources::Amounts {
+            allocatable: peapod_kubelet::resources::Amounts {
                 cpu_milli: cpu,
                 memory,
             },
             memory_capacity: machine_memory,
             cgroup_parent: self.cgroup_parent.clone(),
             cgroups: match driver {
-                CgroupDriver::Cgroupfs => peapod_pod::cgroup::PodCgroups::Fs {
+                CgroupDriver::Cgroupfs => peapod_kubelet::cgroup::PodCgroups::Fs {
                     root: peapod_host::cgroup::DEFAULT_ROOT.into(),
                 },
-                CgroupDriver::Systemd => peapod_pod::cgroup::PodCgroups::Systemd,
+                CgroupDriver::Systemd => peapod_kubelet::cgroup::PodCgroups::Systemd,
             },
             backoff_base: std::time::Duration::from_secs(self.restart_backoff_base_seconds.max(1)),
             sync_period: std::time::Duration::from_millis(self.sync_period_ms.max(100)),
@@ -693,7 +693,7 @@ impl Config {
             ("pods.allocatable_memory", &self.pods.allocatable_memory),
         ] {
             if !q.is_empty() {
-                peapod_pod::quantity::validate(q)
+                peapod_kubelet::quantity::validate(q)
                     .map_err(|e| ConfigError::Invalid(format!("{key} {q:?}: {e}")))?;
             }
         }

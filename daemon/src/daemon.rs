@@ -12,7 +12,7 @@ use crate::images::Images;
 use crate::network::{Network, PodNetwork};
 use crate::nri::{Nri, NriRuntime};
 use crate::paths::Paths;
-use crate::pods::Pods;
+use crate::pod_lifecycle::PodLifecycle;
 use crate::runtime_handlers::RuntimeHandlers;
 use crate::sandbox::{SandboxDeps, SandboxService, SandboxSettings};
 use crate::shim::{ShimManager, Shims};
@@ -55,7 +55,7 @@ pub struct Daemon {
     pub containers: Arc<ContainerService>,
     /// What spans a pod and its containers: Run/Stop/RemovePodSandbox, the pods' watch,
     /// recovery.
-    pub pods: Arc<Pods>,
+    pub pods: Arc<PodLifecycle>,
     pub exec: Arc<ExecService>,
     pub stats: StatsService,
     /// Lifecycle events for GetContainerEvents.
@@ -230,7 +230,7 @@ impl Daemon {
                 user_namespaces: effects.user_namespaces,
             },
         }));
-        let pods = Pods::new(sandboxes.clone(), containers.clone(), effects.shims.clone());
+        let pods = PodLifecycle::new(sandboxes.clone(), containers.clone(), effects.shims.clone());
         let exec = Arc::new(ExecService::new(
             containers.clone(),
             sandboxes.clone(),

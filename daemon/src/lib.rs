@@ -9,7 +9,7 @@
 //! 2. `server/` — the CRI gRPC services: routing, required fields, spans, errors to statuses;
 //! 3. `daemon` — the assembled daemon: the services and the pods over them, and the streaming
 //!    server;
-//! 4. `pods/` — the coordinators: what spans a pod and its containers (Run/Stop/
+//! 4. `pod_lifecycle/` — the coordinators: what spans a pod and its containers (Run/Stop/
 //!    RemovePodSandbox, the pods' watch and dead shims, recovery at start);
 //! 5. services — `sandbox/` (`SandboxService`: a sandbox's own pieces, one file per call),
 //!    `container/` (`ContainerService`, one file per call, exits, NRI's updates), `exec/`
@@ -41,9 +41,9 @@
 //! | RPC | server/ | the work |
 //! | --- | --- | --- |
 //! | Version, Status, RuntimeConfig, UpdateRuntimeConfig | `runtime_info.rs` | there; `network/` (pod CIDR) |
-//! | RunPodSandbox | `sandbox.rs` | `pods/run.rs`, `sandbox/run.rs` (+ `spec.rs`, `pause_image.rs`) |
-//! | StopPodSandbox | `sandbox.rs` | `pods/stop.rs`: `container/stop.rs`, then `sandbox/stop.rs` |
-//! | RemovePodSandbox | `sandbox.rs` | `pods/remove.rs`: `container/remove.rs`, then `sandbox/remove.rs` |
+//! | RunPodSandbox | `sandbox.rs` | `pod_lifecycle/run.rs`, `sandbox/run.rs` (+ `spec.rs`, `pause_image.rs`) |
+//! | StopPodSandbox | `sandbox.rs` | `pod_lifecycle/stop.rs`: `container/stop.rs`, then `sandbox/stop.rs` |
+//! | RemovePodSandbox | `sandbox.rs` | `pod_lifecycle/remove.rs`: `container/remove.rs`, then `sandbox/remove.rs` |
 //! | PodSandboxStatus, ListPodSandbox | `sandbox.rs` | `sandbox/status.rs`, `sandbox/list.rs` |
 //! | UpdatePodSandboxResources | `sandbox.rs` | `sandbox/update_resources.rs` |
 //! | CreateContainer | `container.rs` | `container/create.rs` (+ `image_volumes.rs`, `idmapped_mounts.rs`; `cdi.rs`) |
@@ -60,7 +60,7 @@
 //! | StreamContainerStats, StreamPodSandboxStats, StreamPodSandboxMetrics | `stats.rs` | the List call's, then `list_stream.rs` |
 //!
 //! A container's exit is followed in `container/exit.rs`; a pod's shim and pause in
-//! `pods/watch.rs`; recovery's invariants are stated in `pods/recovery.rs`.
+//! `pod_lifecycle/watch.rs`; recovery's invariants are stated in `pod_lifecycle/recovery.rs`.
 
 pub mod apparmor;
 pub mod blocking;
@@ -83,7 +83,7 @@ pub mod oom_score;
 pub mod orphan_helpers;
 pub mod paths;
 pub mod pause;
-pub mod pods;
+pub mod pod_lifecycle;
 pub mod runtime_handlers;
 pub mod runtime_spec;
 pub mod sandbox;

@@ -2,7 +2,7 @@
 //! Pod and validated; bad input gets an error, never a panic or a hang.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use peapod_pod::{manifest, validate};
+use peapod_kubelet::{manifest, validate};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() > 64 << 10 {

@@ -67,10 +67,10 @@ pub struct PodRef {
 }
 
 /// The pods named by the documents of a manifest (YAML, several documents, or JSON), parsed
-/// as `apply` parses them (peapod-pod's manifest reader); a document of another kind, or a pod
+/// as `apply` parses them (peapod-kubelet's manifest reader); a document of another kind, or a pod
 /// without a name, is an error naming it.
 pub fn pod_refs(bytes: &[u8], source: &str, default_ns: &str) -> anyhow::Result<Vec<PodRef>> {
-    let names = peapod_pod::manifest::pod_names(bytes, source, default_ns)
+    let names = peapod_kubelet::manifest::pod_names(bytes, source, default_ns)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     names
         .into_iter()

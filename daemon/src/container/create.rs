@@ -84,7 +84,7 @@ impl ContainerService {
     /// CreateContainer. On failure nothing of the container is left and its name is free.
     /// The work runs to its end even if the caller goes away; an identical retry (same pod,
     /// same config) gets the first call's container.
-    pub async fn create(self: &Arc<Self>, req: CreateContainer) -> Result<String> {
+    pub async fn create_container(self: &Arc<Self>, req: CreateContainer) -> Result<String> {
         validate(&req.config)?;
         let sandbox = self.sandboxes.read().resolve(&req.sandbox_id)?;
         let srec = sandbox.get();

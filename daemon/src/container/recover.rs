@@ -1,4 +1,4 @@
-//! The container side of recovery at start (see `crate::pods::recovery` for the invariants):
+//! The container side of recovery at start (see `crate::pod_lifecycle::recovery` for the invariants):
 //! half-made containers are rolled back, and every created or running one is checked against
 //! its pod's shim.
 

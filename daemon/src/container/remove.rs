@@ -9,7 +9,7 @@ use std::time::Duration;
 
 impl ContainerService {
     /// RemoveContainer: kills it if running; succeeds for an unknown id.
-    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<()> {
+    pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<()> {
         let Some(c) = self.containers.read().resolve(id).optional()? else {
             return Ok(());
         };

@@ -6,7 +6,7 @@ use crate::store::container::ContainerState;
 use std::sync::Arc;
 
 impl ContainerService {
-    pub async fn reopen_log(self: &Arc<Self>, id: &str) -> Result<()> {
+    pub async fn reopen_container_log(self: &Arc<Self>, id: &str) -> Result<()> {
         let c = self.containers.read().resolve(id)?;
         let rec = c.get();
         if rec.state != ContainerState::Running {

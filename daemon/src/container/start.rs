@@ -12,13 +12,13 @@ impl ContainerService {
     /// StartContainer: only a created container starts; one that fails to start has exited.
     /// The work runs to its end even if the caller goes away, so a retry of a start whose
     /// deadline expired finds the container running: that is success, not an error.
-    pub async fn start(self: &Arc<Self>, id: &str) -> Result<()> {
+    pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<()> {
         let c = self.containers.read().resolve(id)?;
         let rt = self.clone();
-        crate::detached::run_to_completion(async move { rt.start_container(c).await }).await
+        crate::detached::run_to_completion(async move { rt.start_resolved(c).await }).await
     }
 
-    async fn start_container(self: &Arc<Self>, c: Arc<Container>) -> Result<()> {
+    async fn start_resolved(self: &Arc<Self>, c: Arc<Container>) -> Result<()> {
         let _op = c.op.lock().await;
         let rec = c.get();
         if rec.state == ContainerState::Running {

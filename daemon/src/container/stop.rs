@@ -11,7 +11,7 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl ContainerService {
     /// StopContainer: succeeds for an unknown or already stopped container.
-    pub async fn stop(self: &Arc<Self>, id: &str, timeout_s: i64) -> Result<()> {
+    pub async fn stop_container(self: &Arc<Self>, id: &str, timeout_s: i64) -> Result<()> {
         let Some(c) = self.containers.read().resolve(id).optional()? else {
             return Ok(());
         };

@@ -7,7 +7,7 @@ use peapod_proto::v1::LinuxContainerResources;
 use std::sync::Arc;
 
 impl ContainerService {
-    pub async fn update_resources(
+    pub async fn update_container_resources(
         self: &Arc<Self>,
         id: &str,
         resources: LinuxContainerResources,

@@ -1,5 +1,5 @@
 //! How a sandbox stops being ready without StopPodSandbox, as the pod's watch
-//! (`crate::pods::watch`) and recovery find it: its pause exits, or its shim dies (what the
+//! (`crate::pod_lifecycle::watch`) and recovery find it: its pause exits, or its shim dies (what the
 //! shim held is then killed and deleted through the OCI runtime, and the pause's cgroup).
 
 use super::SandboxService;

@@ -56,7 +56,7 @@ pub struct SandboxSettings {
 
 /// The sandbox calls, over the sandbox records and the side effects they use. What spans a
 /// pod and its containers (stopping and removing both, a dead shim, recovery) is
-/// `crate::pods`, which calls this for the sandbox's part.
+/// `crate::pod_lifecycle`, which calls this for the sandbox's part.
 pub struct SandboxService {
     sandboxes: Arc<SandboxRecords>,
     shims: Arc<dyn Shims>,

@@ -1,4 +1,4 @@
-//! The sandbox side of recovery at start (`crate::pods::recovery` runs it and states the
+//! The sandbox side of recovery at start (`crate::pod_lifecycle::recovery` runs it and states the
 //! invariants): a pause checked against its shim, and what no record claims (pinned
 //! namespaces, root filesystems, directories) removed.
 

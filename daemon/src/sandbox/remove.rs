@@ -1,4 +1,4 @@
-//! RemovePodSandbox's steps for the sandbox itself (`crate::pods::remove` runs them after the
+//! RemovePodSandbox's steps for the sandbox itself (`crate::pod_lifecycle::remove` runs them after the
 //! pod's containers), also what a failed RunPodSandbox runs.
 
 use super::SandboxService;
@@ -32,7 +32,7 @@ impl SandboxService {
         }
     }
 
-    /// Removes everything a sandbox has but its containers (`crate::pods` removes those
+    /// Removes everything a sandbox has but its containers (`crate::pod_lifecycle` removes those
     /// first): pause, network, shm, shim, files, record. A sandbox still being made has no
     /// containers (CreateContainer needs it listed and READY), so RunPodSandbox's cleanup
     /// calls this alone.

@@ -79,8 +79,8 @@ impl SandboxService {
     /// RunPodSandbox. On any failure everything made so far is removed and the name released.
     /// The work runs to its end even if the caller goes away; an identical retry (same
     /// config, same handler) gets the first call's sandbox. `made` gets the new sandbox once
-    /// it is listed (`crate::pods` starts its watch there), also when the caller is gone.
-    pub async fn run(
+    /// it is listed (`crate::pod_lifecycle` starts its watch there), also when the caller is gone.
+    pub async fn run_pod_sandbox(
         self: &Arc<Self>,
         config: PodSandboxConfig,
         runtime_handler: String,

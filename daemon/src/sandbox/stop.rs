@@ -1,4 +1,4 @@
-//! StopPodSandbox's steps for the sandbox itself (`crate::pods::stop` orders them with the
+//! StopPodSandbox's steps for the sandbox itself (`crate::pod_lifecycle::stop` orders them with the
 //! pod's containers), and the steps it shares with RemovePodSandbox and with the cleanup of a
 //! failed RunPodSandbox.
 //!
@@ -19,7 +19,7 @@ const PAUSE_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SandboxService {
     /// StopPodSandbox's part for the pod's processes, once its containers are stopped
-    /// (`crate::pods` stops them, holding the pod's locks): NRI, then the pause.
+    /// (`crate::pod_lifecycle` stops them, holding the pod's locks): NRI, then the pause.
     pub(crate) async fn stop_processes(&self, sandbox: &Sandbox) -> Result<()> {
         self.nri.stop_pod_sandbox(&sandbox.id).await;
         self.stop_pause(sandbox).await

@@ -17,7 +17,7 @@ impl SandboxService {
     /// Stores `overhead` and `resources` in the pod's config; an absent one leaves what was
     /// there (the kubelet always sends both). NotFound for a pod that does not exist (or that
     /// a concurrent RemovePodSandbox took away).
-    pub async fn update_resources(
+    pub async fn update_pod_sandbox_resources(
         &self,
         id: &str,
         overhead: Option<LinuxContainerResources>,

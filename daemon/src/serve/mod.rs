@@ -119,8 +119,8 @@ async fn serve(
     let listener = bind_socket(socket)?;
     tracing::info!(socket = %socket.display(), "serving CRI");
     // The pod supervisor (`peapod apply`) is a CRI client of this very socket.
-    let pod_cri = std::sync::Arc::new(peapod_pod::cri::TonicCri::new(socket));
-    let pods = peapod_pod::manager::Manager::start(pod_cri, pod_settings);
+    let pod_cri = std::sync::Arc::new(peapod_kubelet::cri::TonicCri::new(socket));
+    let pods = peapod_kubelet::manager::Manager::start(pod_cri, pod_settings);
     let cri = CriService::new(rt, metrics.clone());
     let streams = cri.clone();
     let shutdown = async move {
@@ -136,7 +136,7 @@ async fn serve(
         .layer(peapod_uds::deadline::DeadlineLayer)
         .add_service(RuntimeServiceServer::new(cri.clone()))
         .add_service(ImageServiceServer::new(cri))
-        .add_service(peapod_pod::service::PodsService::new(pods).into_server())
+        .add_service(peapod_kubelet::service::PodsService::new(pods).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .context("CRI server")?;

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-pub async fn create(
+pub async fn create_container(
     daemon: &Arc<Daemon>,
     req: cri::CreateContainerRequest,
 ) -> Result<cri::CreateContainerResponse> {
@@ -18,7 +18,7 @@ pub async fn create(
         .ok_or_else(|| Error::invalid("config is required"))?;
     let id = daemon
         .containers
-        .create(CreateContainer {
+        .create_container(CreateContainer {
             sandbox_id: req.pod_sandbox_id,
             config,
             sandbox_config: req.sandbox_config,
@@ -27,37 +27,40 @@ pub async fn create(
     Ok(cri::CreateContainerResponse { container_id: id })
 }
 
-pub async fn start(
+pub async fn start_container(
     daemon: &Arc<Daemon>,
     req: cri::StartContainerRequest,
 ) -> Result<cri::StartContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    daemon.containers.start(&req.container_id).await?;
+    daemon.containers.start_container(&req.container_id).await?;
     Ok(cri::StartContainerResponse {})
 }
 
-pub async fn stop(
+pub async fn stop_container(
     daemon: &Arc<Daemon>,
     req: cri::StopContainerRequest,
 ) -> Result<cri::StopContainerResponse> {
     super::required("container_id", &req.container_id)?;
     daemon
         .containers
-        .stop(&req.container_id, req.timeout)
+        .stop_container(&req.container_id, req.timeout)
         .await?;
     Ok(cri::StopContainerResponse {})
 }
 
-pub async fn remove(
+pub async fn remove_container(
     daemon: &Arc<Daemon>,
     req: cri::RemoveContainerRequest,
 ) -> Result<cri::RemoveContainerResponse> {
     super::required("container_id", &req.container_id)?;
-    daemon.containers.remove(&req.container_id).await?;
+    daemon
+        .containers
+        .remove_container(&req.container_id)
+        .await?;
     Ok(cri::RemoveContainerResponse {})
 }
 
-pub fn list(
+pub fn list_containers(
     daemon: &Daemon,
     req: cri::ListContainersRequest,
 ) -> Result<cri::ListContainersResponse> {
@@ -68,7 +71,7 @@ pub fn list(
 }
 
 /// StreamContainers: ListContainers' items, streamed (`list_stream`).
-pub fn stream(
+pub fn stream_containers(
     daemon: &Daemon,
     req: cri::StreamContainersRequest,
 ) -> Result<ListStream<cri::StreamContainersResponse>> {
@@ -82,7 +85,7 @@ pub fn stream(
     ))
 }
 
-pub async fn status(
+pub async fn container_status(
     daemon: &Arc<Daemon>,
     req: cri::ContainerStatusRequest,
 ) -> Result<cri::ContainerStatusResponse> {
@@ -99,7 +102,7 @@ pub async fn status(
     })
 }
 
-pub async fn update_resources(
+pub async fn update_container_resources(
     daemon: &Arc<Daemon>,
     req: cri::UpdateContainerResourcesRequest,
 ) -> Result<cri::UpdateContainerResourcesResponse> {
@@ -109,16 +112,19 @@ pub async fn update_resources(
         .ok_or_else(|| Error::invalid("linux resources are required"))?;
     daemon
         .containers
-        .update_resources(&req.container_id, linux)
+        .update_container_resources(&req.container_id, linux)
         .await?;
     Ok(cri::UpdateContainerResourcesResponse {})
 }
 
-pub async fn reopen_log(
+pub async fn reopen_container_log(
     daemon: &Arc<Daemon>,
     req: cri::ReopenContainerLogRequest,
 ) -> Result<cri::ReopenContainerLogResponse> {
     super::required("container_id", &req.container_id)?;
-    daemon.containers.reopen_log(&req.container_id).await?;
+    daemon
+        .containers
+        .reopen_container_log(&req.container_id)
+        .await?;
     Ok(cri::ReopenContainerLogResponse {})
 }

@@ -101,20 +101,26 @@ impl RuntimeService for CriService {
         &self,
         r: Request<cri::RunPodSandboxRequest>,
     ) -> RpcResult<cri::RunPodSandboxResponse> {
-        rpc("RunPodSandbox", r, |req| sandbox::run(&self.daemon, req)).await
+        rpc("RunPodSandbox", r, |req| {
+            sandbox::run_pod_sandbox(&self.daemon, req)
+        })
+        .await
     }
     async fn stop_pod_sandbox(
         &self,
         r: Request<cri::StopPodSandboxRequest>,
     ) -> RpcResult<cri::StopPodSandboxResponse> {
-        rpc("StopPodSandbox", r, |req| sandbox::stop(&self.daemon, req)).await
+        rpc("StopPodSandbox", r, |req| {
+            sandbox::stop_pod_sandbox(&self.daemon, req)
+        })
+        .await
     }
     async fn remove_pod_sandbox(
         &self,
         r: Request<cri::RemovePodSandboxRequest>,
     ) -> RpcResult<cri::RemovePodSandboxResponse> {
         rpc("RemovePodSandbox", r, |req| {
-            sandbox::remove(&self.daemon, req)
+            sandbox::remove_pod_sandbox(&self.daemon, req)
         })
         .await
     }
@@ -123,7 +129,7 @@ impl RuntimeService for CriService {
         r: Request<cri::PodSandboxStatusRequest>,
     ) -> RpcResult<cri::PodSandboxStatusResponse> {
         rpc("PodSandboxStatus", r, |req| {
-            sandbox::status(&self.daemon, req)
+            sandbox::pod_sandbox_status(&self.daemon, req)
         })
         .await
     }
@@ -132,7 +138,7 @@ impl RuntimeService for CriService {
         r: Request<cri::ListPodSandboxRequest>,
     ) -> RpcResult<cri::ListPodSandboxResponse> {
         rpc("ListPodSandbox", r, |req| {
-            std::future::ready(sandbox::list(&self.daemon, req))
+            std::future::ready(sandbox::list_pod_sandbox(&self.daemon, req))
         })
         .await
     }
@@ -142,7 +148,7 @@ impl RuntimeService for CriService {
         r: Request<cri::StreamPodSandboxesRequest>,
     ) -> RpcResult<Self::StreamPodSandboxesStream> {
         rpc("StreamPodSandboxes", r, |req| {
-            std::future::ready(sandbox::stream(&self.daemon, req))
+            std::future::ready(sandbox::stream_pod_sandboxes(&self.daemon, req))
         })
         .await
     }
@@ -151,7 +157,7 @@ impl RuntimeService for CriService {
         r: Request<cri::UpdatePodSandboxResourcesRequest>,
     ) -> RpcResult<cri::UpdatePodSandboxResourcesResponse> {
         rpc("UpdatePodSandboxResources", r, |req| {
-            sandbox::update_resources(&self.daemon, req)
+            sandbox::update_pod_sandbox_resources(&self.daemon, req)
         })
         .await
     }
@@ -161,7 +167,7 @@ impl RuntimeService for CriService {
         r: Request<cri::CreateContainerRequest>,
     ) -> RpcResult<cri::CreateContainerResponse> {
         rpc("CreateContainer", r, |req| {
-            container::create(&self.daemon, req)
+            container::create_container(&self.daemon, req)
         })
         .await
     }
@@ -170,7 +176,7 @@ impl RuntimeService for CriService {
         r: Request<cri::StartContainerRequest>,
     ) -> RpcResult<cri::StartContainerResponse> {
         rpc("StartContainer", r, |req| {
-            container::start(&self.daemon, req)
+            container::start_container(&self.daemon, req)
         })
         .await
     }
@@ -178,14 +184,17 @@ impl RuntimeService for CriService {
         &self,
         r: Request<cri::StopContainerRequest>,
     ) -> RpcResult<cri::StopContainerResponse> {
-        rpc("StopContainer", r, |req| container::stop(&self.daemon, req)).await
+        rpc("StopContainer", r, |req| {
+            container::stop_container(&self.daemon, req)
+        })
+        .await
     }
     async fn remove_container(
         &self,
         r: Request<cri::RemoveContainerRequest>,
     ) -> RpcResult<cri::RemoveContainerResponse> {
         rpc("RemoveContainer", r, |req| {
-            container::remove(&self.daemon, req)
+            container::remove_container(&self.daemon, req)
         })
         .await
     }
@@ -194,7 +203,7 @@ impl RuntimeService for CriService {
         r: Request<cri::ListContainersRequest>,
     ) -> RpcResult<cri::ListContainersResponse> {
         rpc("ListContainers", r, |req| {
-            std::future::ready(container::list(&self.daemon, req))
+            std::future::ready(container::list_containers(&self.daemon, req))
         })
         .await
     }
@@ -204,7 +213,7 @@ impl RuntimeService for CriService {
         r: Request<cri::StreamContainersRequest>,
     ) -> RpcResult<Self::StreamContainersStream> {
         rpc("StreamContainers", r, |req| {
-            std::future::ready(container::stream(&self.daemon, req))
+            std::future::ready(container::stream_containers(&self.daemon, req))
         })
         .await
     }
@@ -213,7 +222,7 @@ impl RuntimeService for CriService {
         r: Request<cri::ContainerStatusRequest>,
     ) -> RpcResult<cri::ContainerStatusResponse> {
         rpc("ContainerStatus", r, |req| {
-            container::status(&self.daemon, req)
+            container::container_status(&self.daemon, req)
         })
         .await
     }
@@ -222,7 +231,7 @@ impl RuntimeService for CriService {
         r: Request<cri::UpdateContainerResourcesRequest>,
     ) -> RpcResult<cri::UpdateContainerResourcesResponse> {
         rpc("UpdateContainerResources", r, |req| {
-            container::update_resources(&self.daemon, req)
+            container::update_container_resources(&self.daemon, req)
         })
         .await
     }
@@ -231,7 +240,7 @@ impl RuntimeService for CriService {
         r: Request<cri::ReopenContainerLogRequest>,
     ) -> RpcResult<cri::ReopenContainerLogResponse> {
         rpc("ReopenContainerLog", r, |req| {
-            container::reopen_log(&self.daemon, req)
+            container::reopen_container_log(&self.daemon, req)
         })
         .await
     }

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use peapod_proto::v1 as cri;
 use std::sync::Arc;
 
-pub async fn run(
+pub async fn run_pod_sandbox(
     daemon: &Arc<Daemon>,
     req: cri::RunPodSandboxRequest,
 ) -> Result<cri::RunPodSandboxResponse> {
@@ -17,29 +17,32 @@ pub async fn run(
     if let Some(m) = &config.metadata {
         tracing::Span::current().record("pod", format!("{}/{}", m.namespace, m.name));
     }
-    let id = daemon.pods.run(config, req.runtime_handler).await?;
+    let id = daemon
+        .pods
+        .run_pod_sandbox(config, req.runtime_handler)
+        .await?;
     Ok(cri::RunPodSandboxResponse { pod_sandbox_id: id })
 }
 
-pub async fn stop(
+pub async fn stop_pod_sandbox(
     daemon: &Arc<Daemon>,
     req: cri::StopPodSandboxRequest,
 ) -> Result<cri::StopPodSandboxResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    daemon.pods.stop(&req.pod_sandbox_id).await?;
+    daemon.pods.stop_pod_sandbox(&req.pod_sandbox_id).await?;
     Ok(cri::StopPodSandboxResponse {})
 }
 
-pub async fn remove(
+pub async fn remove_pod_sandbox(
     daemon: &Arc<Daemon>,
     req: cri::RemovePodSandboxRequest,
 ) -> Result<cri::RemovePodSandboxResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
-    daemon.pods.remove(&req.pod_sandbox_id).await?;
+    daemon.pods.remove_pod_sandbox(&req.pod_sandbox_id).await?;
     Ok(cri::RemovePodSandboxResponse {})
 }
 
-pub async fn status(
+pub async fn pod_sandbox_status(
     daemon: &Arc<Daemon>,
     req: cri::PodSandboxStatusRequest,
 ) -> Result<cri::PodSandboxStatusResponse> {
@@ -65,7 +68,7 @@ pub async fn status(
     })
 }
 
-pub fn list(
+pub fn list_pod_sandbox(
     daemon: &Daemon,
     req: cri::ListPodSandboxRequest,
 ) -> Result<cri::ListPodSandboxResponse> {
@@ -76,7 +79,7 @@ pub fn list(
 }
 
 /// StreamPodSandboxes: ListPodSandbox's items, streamed (`list_stream`).
-pub fn stream(
+pub fn stream_pod_sandboxes(
     daemon: &Daemon,
     req: cri::StreamPodSandboxesRequest,
 ) -> Result<ListStream<cri::StreamPodSandboxesResponse>> {
@@ -90,14 +93,14 @@ pub fn stream(
     ))
 }
 
-pub async fn update_resources(
+pub async fn update_pod_sandbox_resources(
     daemon: &Arc<Daemon>,
     req: cri::UpdatePodSandboxResourcesRequest,
 ) -> Result<cri::UpdatePodSandboxResourcesResponse> {
     super::required("pod_sandbox_id", &req.pod_sandbox_id)?;
     daemon
         .sandboxes
-        .update_resources(&req.pod_sandbox_id, req.overhead, req.resources)
+        .update_pod_sandbox_resources(&req.pod_sandbox_id, req.overhead, req.resources)
         .await?;
     Ok(cri::UpdatePodSandboxResourcesResponse {})
 }

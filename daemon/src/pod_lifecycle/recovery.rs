@@ -40,7 +40,7 @@
 //!    other, NOTREADY or EXITED in the end and removable.
 //! 6. Then the watchers start: pause exits, container exits, exec's process specs.
 
-use super::Pods;
+use super::PodLifecycle;
 use crate::container::ContainerRecovery;
 use crate::error::Result;
 use crate::store::sandbox::{Sandbox, SandboxState};
@@ -68,7 +68,7 @@ pub struct SandboxRecovery {
     pub torn: usize,
 }
 
-impl Pods {
+impl PodLifecycle {
     /// Reconciles the records with the host; the daemon serves nothing until it returns.
     pub async fn recover(self: &Arc<Self>) -> Recovery {
         let started = Instant::now();

@@ -1,14 +1,14 @@
 //! StopPodSandbox: the pod's containers and pause killed while its network is deleted, then
 //! the sandbox's last steps, under the pod's locks.
 
-use super::Pods;
+use super::PodLifecycle;
 use crate::error::{Optional, Result};
 use crate::store::sandbox::{Sandbox, SandboxState};
 use std::sync::Arc;
 
-impl Pods {
+impl PodLifecycle {
     /// StopPodSandbox: succeeds for an unknown id. Runs to its end if the caller goes away.
-    pub async fn stop(self: &Arc<Self>, id: &str) -> Result<()> {
+    pub async fn stop_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
         let Some(sandbox) = self.sandboxes.records().read().resolve(id).optional()? else {
             return Ok(());
         };

@@ -1,15 +1,15 @@
 //! RemovePodSandbox: the pod's containers, then everything the sandbox has, under the pod's
 //! locks; a failure keeps the pod listed for a later call.
 
-use super::Pods;
+use super::PodLifecycle;
 use crate::error::{Optional, Result};
 use crate::store::sandbox::Sandbox;
 use std::sync::Arc;
 
-impl Pods {
+impl PodLifecycle {
     /// RemovePodSandbox: succeeds for an unknown id. Runs to its end if the caller goes away;
     /// a failure keeps the sandbox listed, so that a later call tries again.
-    pub async fn remove(self: &Arc<Self>, id: &str) -> Result<()> {
+    pub async fn remove_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<()> {
         let Some(sandbox) = self.sandboxes.records().read().resolve(id).optional()? else {
             return Ok(());
         };

@@ -10,12 +10,12 @@
 //!   cannot be reached (it died while the daemon was down, or the machine rebooted) was
 //!   settled the same way by recovery (`super::recovery`) before the daemon served.
 
-use super::Pods;
+use super::PodLifecycle;
 use crate::shim::Shim;
 use crate::store::sandbox::{Sandbox, SandboxState};
 use std::sync::Arc;
 
-impl Pods {
+impl PodLifecycle {
     /// After a restart and recovery: follow every pod that finished being made. Recovery
     /// already settled each pod whose shim could not be reached, so such a pod is left alone
     /// here rather than reaped through the OCI runtime a second time.

@@ -1,4 +1,5 @@
-//! peapod's pod supervisor: the kubelet's pod logic as a CRI client (issue 9, daemon half).
+//! peapod's own kubelet: the kubelet's pod logic as a CRI client, behind `peapod apply`
+//! (issue 9, daemon half).
 //!
 //! It runs inside `peapod serve`, drives the daemon's own RuntimeService/ImageService over
 //! the CRI socket (through [`cri::CriApi`], so it would drive any CRI runtime the same way),
