@@ -292,8 +292,9 @@ impl CgroupFd {
         })
     }
 
-    /// This helper moved into the cgroup, for a kernel that cannot clone into it.
-    fn join(&mut self) -> Result<(), String> {
+    /// This helper moved into the cgroup, for a kernel that cannot clone into it (or before
+    /// it enters a cgroup namespace, from inside which it could not).
+    pub(crate) fn join(&mut self) -> Result<(), String> {
         let procs = c"cgroup.procs";
         // SAFETY: openat relative to a live directory descriptor, with a C string.
         let fd = unsafe {

@@ -4,9 +4,10 @@
 //! cgroups instead of being moved there. Moving a process into a cgroup is what a helper
 //! started per exec spent most of its time on: on a cgroup v1 host the first move waits for
 //! an RCU grace period (about 5 of the 6 ms an exec took; `scripts/cgroup-move-cost`). On a
-//! v2 host the helper does not move at all: each process is cloned straight into the
-//! container's cgroup (clone3's `CLONE_INTO_CGROUP`, Linux 5.7; the helper joins it where the
-//! kernel cannot), and the helper stays in the shim's cgroup.
+//! v2 host the helper, too, joins the container's cgroup once, before its namespaces: from
+//! inside the container's cgroup namespace neither a move nor clone3's `CLONE_INTO_CGROUP`
+//! out of a cgroup the namespace cannot see works where cgroup2 has nsdelegate (systemd's
+//! mount). `process::start` still clones into a cgroup given it unjoined.
 //!
 //! The helper stays outside the container's PID namespace (joining it applies to children
 //! only), so the container's processes never see it. Each process is cloned with
@@ -95,9 +96,16 @@ impl Resident {
         // Opened before the namespaces change (the container's mount namespace has its own
         // /sys/fs/cgroup).
         let root = std::path::Path::new(peapod_host::cgroup::DEFAULT_ROOT);
-        let cgroup = peapod_host::cgroup::is_unified(root)
+        let mut cgroup = peapod_host::cgroup::is_unified(root)
             .then(|| CgroupFd::of(init_pid, root))
             .transpose()?;
+        // Joined now, before the container's cgroup namespace: where cgroup2 is mounted with
+        // nsdelegate (systemd mounts it so), a move or a clone3(CLONE_INTO_CGROUP) from inside
+        // that namespace out of a cgroup it cannot see fails ENOENT (what the guest showed).
+        // Cloning each exec into the cgroup from outside the namespace is for later.
+        if let Some(cg) = cgroup.as_mut() {
+            cg.join()?;
+        }
         let init = process::join_container(init_pid, oom_score_adj, cgroup.as_ref())?;
         Ok(Resident {
             refused: unsupported_container(&spec),
