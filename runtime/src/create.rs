@@ -166,7 +166,6 @@ fn create(bundle: &Path, driver: Driver) -> Result<i32, String> {
         &mut prepared,
         [0, 1, STDERR_FD],
         libc::CLONE_NEWNS | by_clone,
-        None,
     )
 }
 

@@ -95,7 +95,7 @@ fn start(bundle: &Path, driver: Driver) -> Result<i32, String> {
     let propagation = libc::MS_REC | libc::MS_PRIVATE;
     let by_clone = namespaces::enter(&spec.linux.namespaces, propagation)?;
     namespaces::set_hostname_and_sysctls(spec.hostname.as_deref(), &spec.linux.sysctl)?;
-    process::start(&mut prepared, [0, 1, 2], by_clone, None)
+    process::start(&mut prepared, [0, 1, 2], by_clone)
 }
 
 /// On a v1 host, the spec's cgroup in every hierarchy, joined, with the pause's resources:

@@ -5,8 +5,8 @@
 //! Before anything changes ([`prepare`]): the arguments, capability sets and rlimits read
 //! from the spec's process; what the native paths refuse in a process is [`unsupported`].
 //! For an exec, once, when its resident helper starts ([`join_container`]): the container's
-//! cgroups joined (the paths of its init in `/proc/PID/cgroup`) on a v1 host, or on v2 its
-//! cgroup opened for its processes to be cloned into ([`CgroupFd`]); its oom_score_adj set,
+//! cgroups joined (the paths of its init in `/proc/PID/cgroup`, every hierarchy); its
+//! oom_score_adj set,
 //! then every namespace of the init that differs from ours joined at once through the init's
 //! pidfd. For each process ([`start`]): a clone with `CLONE_PARENT`, so that the child, in
 //! the container's PID namespace, is the shim's (as after `runc exec --detach`), and the
@@ -234,21 +234,17 @@ pub(crate) fn prepare(
     })
 }
 
-/// Joins the container of `init_pid`: its cgroups (unless its processes are to be cloned
-/// into its cgroup: `cgroup`), then (with `oom_score_adj` set while this process may still
+/// Joins the container of `init_pid`: its cgroups in every hierarchy (v1, hybrid or v2),
+/// before its cgroup namespace (from inside it, where cgroup2 is mounted with nsdelegate as
+/// systemd mounts it, no move out of a cgroup the namespace cannot see works, nor clone3's
+/// `CLONE_INTO_CGROUP`), then (with `oom_score_adj` set while this process may still
 /// lower it) every namespace of the init that differs from ours, at once through its pidfd.
 /// The PID and time namespaces apply to the children made after this. Returns the init's
 /// pidfd.
-pub(crate) fn join_container(
-    init_pid: i32,
-    oom_score_adj: Option<i32>,
-    cgroup: Option<&CgroupFd>,
-) -> Result<OwnedFd, String> {
+pub(crate) fn join_container(init_pid: i32, oom_score_adj: Option<i32>) -> Result<OwnedFd, String> {
     let pidfd = pidfd_open(init_pid)?;
     let flags = namespaces::to_join(init_pid)?;
-    if cgroup.is_none() {
-        cgroups::join_those_of(init_pid)?;
-    }
+    cgroups::join_those_of(init_pid)?;
     if let Some(adj) = oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
@@ -261,114 +257,9 @@ pub(crate) fn join_container(
     Ok(pidfd)
 }
 
-/// A container's cgroup (on the unified hierarchy) that an exec's processes are cloned
-/// straight into with clone3's `CLONE_INTO_CGROUP` (Linux 5.7), so that neither they nor
-/// their helper ever move between cgroups: each is the container's from its first
-/// instruction. On a kernel without it the helper joins the cgroup once, and its children
-/// are born there as on a v1 host.
-pub(crate) struct CgroupFd {
-    dir: OwnedFd,
-    /// The kernel could not clone into it: this helper joined it instead.
-    joined: bool,
-}
-
-impl CgroupFd {
-    /// The unified cgroup of process `pid`, under the hierarchy's root `root`.
-    pub(crate) fn of(pid: i32, root: &Path) -> Result<CgroupFd, String> {
-        let cg = peapod_host::cgroup::ProcCgroups::of_pid(pid as u32)
-            .map_err(|e| format!("read the cgroups of {pid}: {e}"))?;
-        let path = cg
-            .unified
-            .ok_or_else(|| format!("{pid} is in no unified cgroup"))?;
-        let dir = root.join(path.trim_start_matches('/'));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(&dir)
-            .map_err(|e| format!("open the cgroup {}: {e}", dir.display()))?;
-        Ok(CgroupFd {
-            dir: file.into(),
-            joined: false,
-        })
-    }
-
-    /// This helper moved into the cgroup, for a kernel that cannot clone into it (or before
-    /// it enters a cgroup namespace, from inside which it could not).
-    pub(crate) fn join(&mut self) -> Result<(), String> {
-        let procs = c"cgroup.procs";
-        // SAFETY: openat relative to a live directory descriptor, with a C string.
-        let fd = unsafe {
-            libc::openat(
-                self.dir.as_raw_fd(),
-                procs.as_ptr(),
-                libc::O_WRONLY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(os("open the container's cgroup.procs"));
-        }
-        // SAFETY: a new descriptor, owned from here on.
-        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-        file.write_all(std::process::id().to_string().as_bytes())
-            .map_err(|e| format!("join the container's cgroup: {e}"))?;
-        self.joined = true;
-        Ok(())
-    }
-}
-
-use std::os::unix::fs::OpenOptionsExt;
-
-/// clone3's `struct clone_args` (version 2, with `cgroup`).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// A fork as the shim's child (`CLONE_PARENT`), with `flags`' new namespaces, into `cgroup`
-/// where it is given and the kernel can: 0 in the child, the child's pid in this process.
-fn clone_child(flags: libc::c_int, cgroup: Option<&mut CgroupFd>) -> Result<libc::c_long, String> {
-    if let Some(cg) = cgroup.filter(|c| !c.joined) {
-        // No exit_signal: clone3 refuses one with CLONE_PARENT (EINVAL, which made every
-        // helper fall back to joining); the child gets this helper's own, as after clone(2).
-        let mut args = CloneArgs {
-            flags: (libc::CLONE_PARENT | flags) as u64 | CLONE_INTO_CGROUP,
-            cgroup: cg.dir.as_raw_fd() as u64,
-            ..Default::default()
-        };
-        // SAFETY: this process is single-threaded (the helper runs nothing else), so the
-        // child may do anything after the clone; with no stack given, it runs on a copy of
-        // ours, as after fork(2).
-        let child = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &mut args as *mut CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
-        if child >= 0 {
-            return Ok(child);
-        }
-        let e = std::io::Error::last_os_error();
-        // No clone3 (before 5.3), or no CLONE_INTO_CGROUP (before 5.7, E2BIG for the longer
-        // arguments): this helper joins the cgroup once, and forks as before.
-        match e.raw_os_error() {
-            Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EOPNOTSUPP) => cg.join()?,
-            _ => return Err(format!("clone3 into the container's cgroup: {e}")),
-        }
-    }
+/// A fork as the shim's child (`CLONE_PARENT`), with `flags`' new namespaces: 0 in the
+/// child, the child's pid in this process.
+fn clone_child(flags: libc::c_int) -> Result<libc::c_long, String> {
     let flags = (libc::CLONE_PARENT | libc::SIGCHLD | flags) as libc::c_ulong;
     // SAFETY: as above. A raw clone, as fork(2) is one, for CLONE_PARENT.
     let child = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
@@ -381,16 +272,14 @@ fn clone_child(flags: libc::c_int, cgroup: Option<&mut CgroupFd>) -> Result<libc
 /// Clones the exec's process as a child of this helper's parent (the shim), which becomes
 /// `p` on `stdio` and execs it; returns its pid once it has, or why it could not (a process
 /// that could not is left to exit, for the shim to reap). `new_namespaces`: clone flags of
-/// namespaces the process gets anew (a native pause's PID namespace, of which it is init);
-/// `cgroup`: the container's cgroup it is cloned into (an exec on a v2 host).
+/// namespaces the process gets anew (a native pause's PID namespace, of which it is init).
 pub(crate) fn start(
     p: &mut Prepared,
     stdio: [RawFd; 3],
     new_namespaces: libc::c_int,
-    cgroup: Option<&mut CgroupFd>,
 ) -> Result<i32, String> {
     let (mut reader, writer) = pipe()?;
-    let child = clone_child(new_namespaces, cgroup)?;
+    let child = clone_child(new_namespaces)?;
     match child {
         0 => {
             drop(reader);

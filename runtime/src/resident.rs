@@ -1,13 +1,11 @@
 //! A container's resident exec helper (`peapod-shim nsexec --resident`): it joins the
-//! container once (its oom_score_adj and namespaces, and on a v1 host its cgroups) and then
+//! container once (its cgroups, oom_score_adj and namespaces) and then
 //! forks every exec the shim sends it, so that an exec's process is born in the container's
 //! cgroups instead of being moved there. Moving a process into a cgroup is what a helper
 //! started per exec spent most of its time on: on a cgroup v1 host the first move waits for
-//! an RCU grace period (about 5 of the 6 ms an exec took; `scripts/cgroup-move-cost`). On a
-//! v2 host the helper, too, joins the container's cgroup once, before its namespaces: from
-//! inside the container's cgroup namespace neither a move nor clone3's `CLONE_INTO_CGROUP`
-//! out of a cgroup the namespace cannot see works where cgroup2 has nsdelegate (systemd's
-//! mount). `process::start` still clones into a cgroup given it unjoined.
+//! an RCU grace period (about 5 of the 6 ms an exec took; `scripts/cgroup-move-cost`). On v2
+//! too the helper joins once, before the container's namespaces ([`process::join_container`]
+//! says why not clone3's `CLONE_INTO_CGROUP`).
 //!
 //! The helper stays outside the container's PID namespace (joining it applies to children
 //! only), so the container's processes never see it. Each process is cloned with
@@ -20,7 +18,7 @@
 //! stdin, stdout and stderr) with the process's pid or why it did not start.
 
 use crate::host::Lsm;
-use crate::process::{self, CgroupFd};
+use crate::process;
 use crate::seccomp;
 use crate::spec::{self, Process, Spec};
 use crate::wire::{self, Reply};
@@ -79,8 +77,6 @@ struct Resident {
     /// This helper's /proc/self/oom_score_adj, opened while it was the host's, and its value.
     oom_file: std::fs::File,
     oom_score_adj: Option<i32>,
-    /// The container's cgroup, its processes are cloned into (a v2 host).
-    cgroup: Option<CgroupFd>,
 }
 
 impl Resident {
@@ -93,20 +89,7 @@ impl Resident {
             .open("/proc/self/oom_score_adj")
             .map_err(|e| format!("open /proc/self/oom_score_adj: {e}"))?;
         let oom_score_adj = spec.process.as_ref().and_then(|p| p.oom_score_adj);
-        // Opened before the namespaces change (the container's mount namespace has its own
-        // /sys/fs/cgroup).
-        let root = std::path::Path::new(peapod_host::cgroup::DEFAULT_ROOT);
-        let mut cgroup = peapod_host::cgroup::is_unified(root)
-            .then(|| CgroupFd::of(init_pid, root))
-            .transpose()?;
-        // Joined now, before the container's cgroup namespace: where cgroup2 is mounted with
-        // nsdelegate (systemd mounts it so), a move or a clone3(CLONE_INTO_CGROUP) from inside
-        // that namespace out of a cgroup it cannot see fails ENOENT (what the guest showed).
-        // Cloning each exec into the cgroup from outside the namespace is for later.
-        if let Some(cg) = cgroup.as_mut() {
-            cg.join()?;
-        }
-        let init = process::join_container(init_pid, oom_score_adj, cgroup.as_ref())?;
+        let init = process::join_container(init_pid, oom_score_adj)?;
         Ok(Resident {
             refused: unsupported_container(&spec),
             lsm,
@@ -114,7 +97,6 @@ impl Resident {
             init,
             oom_file,
             oom_score_adj,
-            cgroup,
         })
     }
 
@@ -198,7 +180,7 @@ impl Resident {
             prepared = prepared.with_console(console.as_raw_fd());
         }
         let fds = [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()];
-        process::start(&mut prepared, fds, 0, self.cgroup.as_mut())
+        process::start(&mut prepared, fds, 0)
     }
 }
 
