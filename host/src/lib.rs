@@ -8,7 +8,8 @@
 //!   changed, stopped);
 //! - [`fs`]: atomic file replacement (temp file in the same directory, fsync, rename, fsync of
 //!   the directory) and removal where "already gone" is success;
-//! - [`mount`]: unmount where "not mounted" or "missing" is success;
+//! - [`mount`]: unmount where "not mounted" or "missing" is success, and the new mount API
+//!   (a filesystem configured and mounted detached: [`mount::FsContext`]);
 //! - [`heap`]: one malloc arena for the whole process (the daemon's and the shims' memory);
 //! - [`held`]: start-up waiting, bounded, for a lock or port a dying predecessor still holds;
 //! - [`cgroup`]: a process's cgroups from `/proc/<pid>/cgroup`, the host's cgroup layout (v1,

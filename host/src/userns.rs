@@ -180,9 +180,7 @@ struct MountAttr {
 }
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
-const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x0000_0004;
 
 /// One bind for [`idmapped_bind`]: `source` on `target`. The user namespace is passed apart,
 /// as its callers make several binds through one (a pod's image layers, its idmapped mounts).
@@ -203,7 +201,6 @@ pub struct IdmappedBind<'a> {
 pub fn idmapped_bind(bind: &IdmappedBind<'_>, userns: &Path) -> io::Result<()> {
     let ns = File::open(userns)?;
     let src = cpath(bind.source)?;
-    let dst = cpath(bind.target)?;
     // SAFETY: open_tree with a valid C string; the result is a new fd or -1.
     let tree = unsafe {
         libc::syscall(
@@ -219,7 +216,12 @@ pub fn idmapped_bind(bind: &IdmappedBind<'_>, userns: &Path) -> io::Result<()> {
     // SAFETY: the fd was just returned to us and nothing else owns it.
     let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | if bind.readonly { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_set: MOUNT_ATTR_IDMAP
+            | if bind.readonly {
+                crate::mount::MOUNT_ATTR_RDONLY as u64
+            } else {
+                0
+            },
         attr_clr: 0,
         propagation: 0,
         userns_fd: ns.as_raw_fd() as u64,
@@ -239,21 +241,7 @@ pub fn idmapped_bind(bind: &IdmappedBind<'_>, userns: &Path) -> io::Result<()> {
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: valid fds and C strings.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_FDCWD,
-            dst.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    crate::mount::move_mount(&tree, bind.target)
 }
 
 /// Checks that this host can give a pod its own user namespace: a user namespace with a

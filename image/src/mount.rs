@@ -7,21 +7,15 @@
 //! only overlayfs's own stack limit of 500 layers.
 
 use crate::Error;
+use peapod_host::mount::{move_mount, FsContext, MOUNT_ATTR_RDONLY};
 use peapod_host::userns::IdmappedBind;
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// overlayfs refuses deeper stacks (OVL_MAX_STACK).
 pub const MAX_OVERLAY_LAYERS: usize = 500;
 const PAGE_LIMIT: usize = 4095;
-
-fn c(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
-}
 
 fn overlay_index_supported() -> bool {
     Path::new("/sys/module/overlay/parameters/index").exists()
@@ -139,119 +133,28 @@ fn volatile_supported() -> bool {
     !VOLATILE_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-const FSOPEN_CLOEXEC: libc::c_uint = 1;
-const FSCONFIG_SET_FLAG: libc::c_uint = 0;
-const FSCONFIG_SET_STRING: libc::c_uint = 1;
-const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
-const FSMOUNT_CLOEXEC: libc::c_uint = 1;
-const MOUNT_ATTR_RDONLY: libc::c_uint = 1;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
-
-fn fsconfig_string(fs: &OwnedFd, key: &str, value: &[u8]) -> io::Result<()> {
-    let k = CString::new(key)?;
-    let v = CString::new(value)?;
-    // SAFETY: valid fd and NUL-terminated strings.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            fs.as_raw_fd(),
-            FSCONFIG_SET_STRING,
-            k.as_ptr(),
-            v.as_ptr(),
-            0,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn fsconfig_flag(fs: &OwnedFd, key: &str) -> io::Result<()> {
-    let k = CString::new(key)?;
-    // SAFETY: valid fd and a NUL-terminated key; a flag takes no value.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            fs.as_raw_fd(),
-            FSCONFIG_SET_FLAG,
-            k.as_ptr(),
-            std::ptr::null::<libc::c_void>(),
-            0,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 fn mount_overlay_fsconfig(
     lowers: &[PathBuf],
     upper: Option<(&Path, &Path)>,
     target: &Path,
     readonly: bool,
 ) -> io::Result<()> {
-    let name = CString::new("overlay")?;
-    // SAFETY: NUL-terminated fs name.
-    let fd = unsafe { libc::syscall(libc::SYS_fsopen, name.as_ptr(), FSOPEN_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh fd from the kernel.
-    let fs = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    fsconfig_string(&fs, "source", b"overlay")?;
+    let fs = FsContext::open("overlay")?;
+    fs.set_string("source", b"overlay")?;
     for l in lowers {
-        fsconfig_string(&fs, "lowerdir+", l.as_os_str().as_bytes())?;
+        fs.set_string("lowerdir+", l.as_os_str().as_bytes())?;
     }
     if let Some((u, w)) = upper {
-        fsconfig_string(&fs, "upperdir", u.as_os_str().as_bytes())?;
-        fsconfig_string(&fs, "workdir", w.as_os_str().as_bytes())?;
+        fs.set_string("upperdir", u.as_os_str().as_bytes())?;
+        fs.set_string("workdir", w.as_os_str().as_bytes())?;
         // (lowerdir+ needs Linux 6.8, which knows volatile.)
-        fsconfig_flag(&fs, "volatile")?;
+        fs.set_flag("volatile")?;
     }
     if overlay_index_supported() {
-        fsconfig_string(&fs, "index", b"off")?;
+        fs.set_string("index", b"off")?;
     }
-    // SAFETY: valid fd; CMD_CREATE takes no key/value.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_fsconfig,
-            fs.as_raw_fd(),
-            FSCONFIG_CMD_CREATE,
-            std::ptr::null::<libc::c_char>(),
-            std::ptr::null::<libc::c_void>(),
-            0,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let attrs = if readonly { MOUNT_ATTR_RDONLY } else { 0 };
-    // SAFETY: valid fd.
-    let m = unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) };
-    if m < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh fd from the kernel.
-    let mnt = unsafe { OwnedFd::from_raw_fd(m as i32) };
-    let t = c(target)?;
-    let empty = CString::new("")?;
-    // SAFETY: valid fds and NUL-terminated paths.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            mnt.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    let mnt = fs.mount(if readonly { MOUNT_ATTR_RDONLY } else { 0 })?;
+    move_mount(&mnt, target)
 }
 
 /// The root filesystem of a container in its pod's user namespace: the same overlay as

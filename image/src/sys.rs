@@ -49,6 +49,7 @@ pub(crate) use peapod_host::rootfs::open_dir_path;
 /// lstat relative to `dir`; Ok(None) if the name does not exist.
 pub(crate) fn lstatat(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<libc::stat>> {
     let n = cstr(name)?;
+    // SAFETY: libc::stat is plain data, for which all-zero bytes are a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid fd, name and out-pointer.
     let r = unsafe {
@@ -122,9 +123,11 @@ fn sub_borrow(fd: &OwnedFd) -> BorrowedFd<'_> {
 pub(crate) fn read_dir_names(fd: RawFd) -> io::Result<Vec<Vec<u8>>> {
     // SAFETY: dup of a valid fd; fdopendir takes ownership of the dup.
     let dup = check(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) })?;
+    // SAFETY: `dup` is a valid directory fd that nothing else owns.
     let dirp = unsafe { libc::fdopendir(dup) };
     if dirp.is_null() {
         let e = io::Error::last_os_error();
+        // SAFETY: fdopendir failed, so the dup is still ours to close, once.
         unsafe { libc::close(dup) };
         return Err(e);
     }

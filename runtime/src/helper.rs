@@ -24,7 +24,8 @@
 //! `resident::unsupported`).
 
 use crate::cgroups::Driver;
-use std::path::{Path, PathBuf};
+use crate::program::Program;
+use std::path::PathBuf;
 use std::process::Command;
 
 /// One run of a helper.
@@ -49,8 +50,8 @@ pub enum Helper {
 impl Helper {
     /// `program` (the shim's own, `peapod-shim`) run as this helper; its stdio and descriptors
     /// are the caller's to give.
-    pub fn command(&self, program: &Path) -> Command {
-        let mut cmd = Command::new(program);
+    pub fn command(&self, program: &Program) -> Command {
+        let mut cmd = program.command();
         cmd.arg("nsexec");
         match self {
             Helper::Pause {
@@ -179,7 +180,7 @@ mod tests {
             },
         ];
         for h in helpers {
-            let cmd = h.command(Path::new("/usr/bin/peapod-shim"));
+            let cmd = h.command(&Program::plain("/usr/bin/peapod-shim".into()));
             let args: Vec<String> = cmd
                 .get_args()
                 .map(|a| a.to_string_lossy().into_owned())

@@ -9,7 +9,8 @@
 //!
 //! Layers, each using only those below it (`tools/layers` fails CI on an import circle):
 //!
-//! 1. `helper` — the helpers' command line, built by the shim and parsed by the helper;
+//! 1. `helper` — the helpers' command line, built by the shim and parsed by the helper, run
+//!    from `program` (the shim's executable through a view no container can write);
 //! 2. the helpers — `pause` (`runc run` of a pod's pause), `create` (`runc create` of an app
 //!    container, which waits for its start), `resident` (`runc exec`, one helper per
 //!    container that forks every exec); `started` (how the first two tell the shim what they
@@ -25,7 +26,8 @@
 //!    the systemd driver's scopes (`systemd`, over D-Bus), each written as runc 1.1's
 //!    managers write them; `devices` (the rules as runc's emulator folds them) and
 //!    `hierarchies` (what every layout does alike);
-//! 6. shared below all: `spec` (the one reader of the OCI runtime spec: `config.json`, an
+//! 6. shared below all: `program` (the shim's executable as helpers are run from it: a view
+//!    no container can write), `spec` (the one reader of the OCI runtime spec: `config.json`, an
 //!    exec's process, an update's resources), `pidfd` (a process held by a pidfd: no reused
 //!    pid is ever signalled), `wire` (the shim's and a resident helper's messages).
 //!
@@ -42,6 +44,7 @@ pub mod namespaces;
 pub mod pause;
 pub mod pidfd;
 pub mod process;
+pub mod program;
 pub mod resident;
 pub mod rootfs;
 pub mod seccomp;

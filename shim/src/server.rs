@@ -11,6 +11,7 @@ use crate::task_api::TaskApi;
 use crate::{extension, Args};
 use containerd_shim_protos::shim_async::create_task;
 use peapod_runtime::cgroups::Driver;
+use peapod_runtime::program::Program;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -60,8 +61,14 @@ pub async fn run(args: Arc<Args>, ready: Option<OwnedFd>) -> Result<(), String> 
         )
         .with_systemd_cgroup(args.systemd_cgroup),
     );
+    // Sealed once, before any helper runs: every helper execs from this view. (Its scratch
+    // directory is the sockets' own, where a moment's empty directory disturbs nobody, unlike
+    // the runtime's root, which runc lists.)
+    let exe = std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?;
+    let scratch = args.socket.parent().unwrap_or(Path::new("/tmp"));
+    let program = Program::sealed(&exe, scratch).map_err(|e| e.to_string())?;
     let helpers = Helpers {
-        program: std::env::current_exe().map_err(|e| format!("which program am I: {e}"))?,
+        program: Arc::new(program),
         reaper: reaper.clone(),
     };
     let config = Config {

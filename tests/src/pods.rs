@@ -100,6 +100,18 @@ impl TestDaemon {
         start_in(self, id).await
     }
 
+    /// StopContainer with `timeout` seconds of grace; panics if the call fails.
+    pub async fn stop_container(&mut self, id: &str, timeout: i64) {
+        self.cri
+            .runtime
+            .stop_container(cri::StopContainerRequest {
+                container_id: id.to_string(),
+                timeout,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("StopContainer {id}: {e}\n{}", self.log()));
+    }
+
     /// Creates and starts; panics with the daemon log on failure.
     pub async fn run_container(&mut self, pod: &Pod, config: cri::ContainerConfig) -> String {
         run_container_in(self, pod, config).await
@@ -447,6 +459,16 @@ pub fn kubelet_proc_mask(sc: &mut cri::LinuxContainerSecurityContext) {
     let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect();
     sc.masked_paths = owned(peapod_spec::DEFAULT_MASKED_PATHS);
     sc.readonly_paths = owned(peapod_spec::DEFAULT_READONLY_PATHS);
+}
+
+/// The pod's namespace options, made where missing.
+pub fn namespace_options(pod: &mut cri::PodSandboxConfig) -> &mut cri::NamespaceOption {
+    pod.linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options
+        .get_or_insert_with(Default::default)
 }
 
 /// A shell one-liner container (busybox sh).

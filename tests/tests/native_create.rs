@@ -11,7 +11,7 @@
 //! `create::unsupported`, unit-tested in the shim; the user-namespace case here proves the
 //! fallback.)
 
-use e2e::pods::{busybox, exec_sync_in, in_pod, kubelet_proc_mask, sh, Images};
+use e2e::pods::{busybox, exec_sync_in, in_pod, kubelet_proc_mask, namespace_options, sh, Images};
 use e2e::{DaemonOptions, TestDaemon};
 use peapod_proto::v1 as cri;
 use std::path::Path;
@@ -208,13 +208,7 @@ fn cases() -> Vec<Case> {
                     host_id: 300_000,
                     length: 65536,
                 };
-                p.linux
-                    .get_or_insert_with(Default::default)
-                    .security_context
-                    .get_or_insert_with(Default::default)
-                    .namespace_options
-                    .get_or_insert_with(Default::default)
-                    .userns_options = Some(cri::UserNamespace {
+                namespace_options(p).userns_options = Some(cri::UserNamespace {
                     mode: cri::NamespaceMode::Pod as i32,
                     uids: vec![map],
                     gids: vec![map],
@@ -295,14 +289,7 @@ async fn observe(d: &mut TestDaemon, image: &str, volume: &Path) -> Vec<(String,
             .unwrap_or_else(|e| format!("{:?}", e.code()));
         let after = exec_sync_in(d, &id, &["sh", "-c", LIMITS]).await;
         let after = String::from_utf8_lossy(&after.stdout).replace('\n', " ");
-        d.cri
-            .runtime
-            .stop_container(cri::StopContainerRequest {
-                container_id: id.clone(),
-                timeout: 10,
-            })
-            .await
-            .expect("StopContainer");
+        d.stop_container(&id, 10).await;
         let status = d.container_status(&id).await;
         // Pids and namespace inodes differ between any two containers: the pid line stays
         // (1 or not), the rest is the text.

@@ -10,7 +10,7 @@
 //! each daemon took: the native daemon never ran `runc exec`. (What stays with runc, such as
 //! a terminal, is decided by `spec::unsupported`, unit-tested in the shim.)
 
-use e2e::pods::{busybox, exec_sync_in, in_pod, sh, Images};
+use e2e::pods::{busybox, exec_sync_in, in_pod, namespace_options, sh, Images};
 use e2e::{DaemonOptions, TestDaemon};
 use peapod_proto::v1 as cri;
 use std::path::Path;
@@ -154,13 +154,7 @@ fn cases() -> Vec<Case> {
                     host_id: HOST_ID,
                     length: 65536,
                 };
-                p.linux
-                    .get_or_insert_with(Default::default)
-                    .security_context
-                    .get_or_insert_with(Default::default)
-                    .namespace_options
-                    .get_or_insert_with(Default::default)
-                    .userns_options = Some(cri::UserNamespace {
+                namespace_options(p).userns_options = Some(cri::UserNamespace {
                     mode: cri::NamespaceMode::Pod as i32,
                     uids: vec![map],
                     gids: vec![map],

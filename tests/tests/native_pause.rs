@@ -401,14 +401,7 @@ async fn a_stop_kills_every_process_of_a_container_in_the_pods_pid_namespace() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let both = members();
-    d.cri
-        .runtime
-        .stop_container(cri::StopContainerRequest {
-            container_id: ctr.clone(),
-            timeout: 0,
-        })
-        .await
-        .expect("StopContainer");
+    d.stop_container(&ctr, 0).await;
     let deadline = Instant::now() + e2e::scaled(Duration::from_secs(10));
     while both.iter().any(|p| alive(*p)) {
         assert!(Instant::now() < deadline, "still running: {both:?}");

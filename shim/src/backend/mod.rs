@@ -30,6 +30,7 @@ pub mod runtime_cli;
 use crate::reaper::Reaper;
 use native::{Created, Pause};
 use peapod_runtime::cgroups::{Cgroups, Driver};
+use peapod_runtime::program::Program;
 use peapod_runtime::spec::{self, Spec};
 use peapod_runtime::{create, pause, Host};
 use residents::{ExecRequest, ResidentSlot};
@@ -110,11 +111,11 @@ impl Backend {
     }
 }
 
-/// The shim's own program run as a helper (`peapod-shim nsexec ...`), and the reaper that
-/// takes the helpers' exits.
+/// The shim's own program run as a helper (`peapod-shim nsexec ...`), through a view no
+/// container can write ([`Program::sealed`]), and the reaper that takes the helpers' exits.
 #[derive(Clone)]
 pub struct Helpers {
-    pub program: PathBuf,
+    pub program: Arc<Program>,
     pub reaper: Arc<Reaper>,
 }
 
@@ -481,7 +482,7 @@ pub(crate) mod tests {
             "echo ran > \"$(dirname \"$0\")/ran\"; echo cannot >&2; exit 1",
         );
         let helpers = Helpers {
-            program: ran,
+            program: Arc::new(Program::plain(ran)),
             reaper: reaper.clone(),
         };
         let config = |runtime| Config {

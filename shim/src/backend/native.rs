@@ -174,7 +174,10 @@ pub async fn create(
                 start: Mutex::new(Some(start_w)),
             },
         )),
-        Err(Failure::Spawn(e)) => Err(format!("run {}: {e}", helpers.program.display())),
+        Err(Failure::Spawn(e)) => Err(format!(
+            "run {}: {e}",
+            helpers.program.host_path().display()
+        )),
         // The init that got as far as waiting for its start ends with the pipe.
         Err(Failure::Exit(code, message)) => Err(format!("exit status {code}: {message}")),
     }

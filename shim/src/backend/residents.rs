@@ -278,7 +278,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let program = scripted_helper(dir.path(), r#"{"failed":{"message":"init 42 is gone"}}"#);
         let helpers = Helpers {
-            program,
+            program: Arc::new(peapod_runtime::program::Program::plain(program)),
             reaper: reaper.clone(),
         };
         let slot = ResidentSlot::default();
