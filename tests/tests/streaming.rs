@@ -5,8 +5,8 @@ use e2e::pods::{busybox, container, sh, Images, Pod};
 use e2e::TestDaemon;
 use peapod_proto::v1 as cri;
 use peapod_streaming::client::{
-    remote_command_spdy, remote_command_websocket, ClientOptions, CommandIo, Outcome,
-    SpdyPortForwarder, WsPortForward,
+    remote_command_spdy, remote_command_websocket, ClientOptions, CommandIo, ForwardedStream,
+    Outcome, SpdyPortForwarder, WsPortForward,
 };
 use peapod_streaming::protocol::{STREAM_PROTOCOL_V4, STREAM_PROTOCOL_V5};
 use peapod_streaming::TerminalSize;
@@ -444,6 +444,23 @@ async fn port_forward_to_httpd_in_the_pod() {
         "{ra}"
     );
     assert!(rb.ends_with("second port\n"), "{rb}");
+    // client-go (kubectl, critest) ends each connection with a reset of its data stream once
+    // the pod's side is done, then reads the error stream: a reset is no failure to report
+    // (reported, client-go drops the whole session: "lost connection to pod").
+    for done in [a, b] {
+        let ForwardedStream { data, mut error } = done;
+        data.reset();
+        let mut msg = String::new();
+        tokio::time::timeout(WAIT, error.read_to_string(&mut msg))
+            .await
+            .expect("the error stream ends")
+            .unwrap();
+        assert_eq!(msg, "", "a client's reset reported as an error");
+    }
+    // The session goes on.
+    let mut again = fwd.open(8080).await.unwrap();
+    let page = http_get(&mut again.data, "/index.html").await;
+    assert!(page.ends_with("hello through the tunnel\n"), "{page}");
     // A port nobody listens on: the error stream says so.
     let mut c = fwd.open(7070).await.unwrap();
     let msg = tokio::time::timeout(WAIT, c.error_message())

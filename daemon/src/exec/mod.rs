@@ -1,6 +1,7 @@
 //! Running processes in containers: [`ExecService`] serves ExecSync, and Exec, Attach and
 //! PortForward (one file per RPC: the URL the RPC returns, and the session the streaming
-//! server then runs through `streaming_backend`).
+//! server then runs through `streaming_backend`); `relay` carries a forwarded connection's
+//! bytes and decides which of its ends is an error.
 //!
 //! An exec'd process gets FIFOs the daemon makes and opens first (the shim opens the other
 //! ends and hands them to `runc exec`), so the daemon sees the output without the shim
@@ -13,6 +14,7 @@ mod attach;
 mod exec;
 mod exec_sync;
 mod port_forward;
+mod relay;
 pub mod streaming_backend;
 
 use crate::container::ContainerService;

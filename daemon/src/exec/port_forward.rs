@@ -41,7 +41,7 @@ impl ExecService {
         self: &Arc<Self>,
         sandbox_id: &str,
         port: u16,
-        mut stream: Box<dyn AsyncReadWrite>,
+        stream: Box<dyn AsyncReadWrite>,
     ) -> Result<()> {
         let rec = self.ready_sandbox(sandbox_id)?;
         let connect = move || std::net::TcpStream::connect(("127.0.0.1", port));
@@ -54,11 +54,10 @@ impl ExecService {
         std_stream
             .set_nonblocking(true)
             .map_err(|e| Error::io("port-forward socket", e))?;
-        let mut tcp = tokio::net::TcpStream::from_std(std_stream)
+        let tcp = tokio::net::TcpStream::from_std(std_stream)
             .map_err(|e| Error::io("port-forward socket", e))?;
-        tokio::io::copy_bidirectional(&mut stream, &mut tcp)
+        super::relay::relay(stream, tcp)
             .await
-            .map_err(|e| Error::io(format!("forwarding port {port}"), e))?;
-        Ok(())
+            .map_err(|e| Error::io(format!("forwarding port {port}"), e))
     }
 }
