@@ -3,7 +3,7 @@
 //! CPU and memory come from the cgroups of the container's process (see [`cgroup`]), the
 //! writable layer's usage from the image store, a pod's network from its pause process's
 //! `/proc/<pid>/net/dev` (the pod's netns). `usage_nano_cores` is the rate over at least the
-//! last second where there are samples that old ([`Sampler`]): clients sample an object often,
+//! last second where there are samples that old, else since the object started ([`Sampler`]): clients sample an object often,
 //! a few milliseconds apart, and a rate over those milliseconds is no usage figure (the
 //! kubelet, with PodAndContainerStatsFromCRI, shows it as is). A pod with a cgroup of its own
 //! (the kubelet's pod<uid>, its cgroup parent) reports that cgroup's CPU and memory, as
@@ -41,7 +41,15 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// Recent CPU samples of each object, for rates.
 #[derive(Default)]
 pub struct Sampler {
-    history: Mutex<HashMap<String, VecDeque<(i64, u64)>>>,
+    history: Mutex<HashMap<String, History>>,
+}
+
+#[derive(Default)]
+struct History {
+    samples: VecDeque<(i64, u64)>,
+    /// The counter went backwards once (a pod's sum when a container restarted): it no longer
+    /// counts from the object's start.
+    restarted: bool,
 }
 
 /// A rate covers at least this much time when the samples allow: several clients sample an
@@ -56,30 +64,51 @@ const FORGET_AFTER_NS: i64 = 600_000_000_000;
 
 impl Sampler {
     /// Nanocores used since the newest earlier sample of `key` at least [`RATE_WINDOW_NS`]
-    /// old, else since the oldest one there is (None on the first sample, and when the
-    /// counter went backwards: a restarted container starts over).
-    fn rate(&self, key: &str, at_ns: i64, cpu_ns: u64) -> Option<u64> {
+    /// old. An object younger than that is measured since `started_ns`, when its counter was
+    /// 0 (its cgroup was made then): its average so far, where two clients' samples a few
+    /// milliseconds apart would give the CPU of those milliseconds (0 for a container between
+    /// two steps of its loop: the kubelet's summary then failed its `UsageNanoCores` check).
+    /// Otherwise since the oldest sample there is; None on the first sample with no start
+    /// known, and when the counter went backwards (a restarted container starts over).
+    fn rate(&self, key: &str, at_ns: i64, cpu_ns: u64, started_ns: Option<i64>) -> Option<u64> {
         let mut all = self.history.lock_unpoisoned();
         if !all.contains_key(key) {
-            all.retain(|_, h| h.back().is_some_and(|(t, _)| at_ns - t < FORGET_AFTER_NS));
+            all.retain(|_, h| {
+                h.samples
+                    .back()
+                    .is_some_and(|(t, _)| at_ns - t < FORGET_AFTER_NS)
+            });
         }
         let h = all.entry(key.to_string()).or_default();
-        if h.back().is_some_and(|(_, c)| *c > cpu_ns) {
-            h.clear();
+        let went_back = h.samples.back().is_some_and(|(_, c)| *c > cpu_ns);
+        if went_back {
+            h.samples.clear();
+            h.restarted = true;
         }
+        let since_start = started_ns
+            .filter(|t0| *t0 > 0 && *t0 < at_ns && !h.restarted)
+            .map(|t0| (t0, 0));
         let reference = h
+            .samples
             .iter()
             .rev()
             .find(|(t, _)| at_ns - t >= RATE_WINDOW_NS)
-            .or(h.front())
-            .copied();
+            .copied()
+            .or(since_start)
+            .or(h.samples.front().copied());
         if let Some((t0, _)) = reference {
-            while h.front().is_some_and(|(t, _)| *t < t0) {
-                h.pop_front();
+            while h.samples.front().is_some_and(|(t, _)| *t < t0) {
+                h.samples.pop_front();
             }
         }
-        if h.back().is_none_or(|(t, _)| at_ns - t >= SAMPLE_SPACING_NS) {
-            h.push_back((at_ns, cpu_ns));
+        if h.samples
+            .back()
+            .is_none_or(|(t, _)| at_ns - t >= SAMPLE_SPACING_NS)
+        {
+            h.samples.push_back((at_ns, cpu_ns));
+        }
+        if went_back {
+            return None;
         }
         let (t0, c0) = reference?;
         let dt = at_ns.checked_sub(t0).filter(|d| *d > 0)? as u128;
@@ -216,6 +245,7 @@ impl StatsService {
     fn cpu_mem(
         &self,
         key: &str,
+        started: i64,
         u: &cgroup::Usage,
         pressure: &cgroup::Pressure,
         at: i64,
@@ -223,7 +253,7 @@ impl StatsService {
         let cpu = u.cpu_ns.map(|ns| cri::CpuUsage {
             timestamp: at,
             usage_core_nano_seconds: u64v(Some(ns)),
-            usage_nano_cores: u64v(self.sampler.rate(key, at, ns)),
+            usage_nano_cores: u64v(self.sampler.rate(key, at, ns, Some(started))),
             psi: psi(pressure.cpu),
         });
         let mem = u.memory_usage.map(|_| cri::MemoryUsage {
@@ -240,7 +270,13 @@ impl StatsService {
         } else {
             Sample::default()
         };
-        let (cpu, memory) = self.cpu_mem(&rec.id, &sample.usage, &sample.pressure, at);
+        let (cpu, memory) = self.cpu_mem(
+            &rec.id,
+            rec.created_at_ns,
+            &sample.usage,
+            &sample.pressure,
+            at,
+        );
         let store = self.images.clone();
         let id = rec.id.clone();
         let usage = tokio::task::spawn_blocking(move || store.rootfs_usage(&id))
@@ -341,7 +377,13 @@ impl StatsService {
             }
         }
         let (cpu, memory) = if ready {
-            self.cpu_mem(&format!("pod-{}", sb.id), &total.usage, &pressure, at)
+            self.cpu_mem(
+                &format!("pod-{}", sb.id),
+                sb.created_at_ns,
+                &total.usage,
+                &pressure,
+                at,
+            )
         } else {
             (None, None)
         };
@@ -539,28 +581,62 @@ mod tests {
     fn cpu_rate_covers_at_least_a_second() {
         let s = Sampler::default();
         let sec = 1_000_000_000;
-        assert_eq!(s.rate("c", 0, 0), None);
+        assert_eq!(s.rate("c", 0, 0, None), None);
         // One core for two seconds.
-        assert_eq!(s.rate("c", 2 * sec, 2 * sec as u64), Some(sec as u64));
+        assert_eq!(s.rate("c", 2 * sec, 2 * sec as u64, None), Some(sec as u64));
         // A millisecond later, with no CPU used in it: still the rate of the last seconds.
-        let r = s.rate("c", 2 * sec + 1_000_000, 2 * sec as u64).unwrap();
+        let r = s.rate("c", 2 * sec + 1_000_000, 2 * sec as u64, None).unwrap();
         assert!(r > 990_000_000, "{r}");
         // Three seconds on, idle since: the rate since the newest sample a second old.
-        assert_eq!(s.rate("c", 5 * sec, 2 * sec as u64), Some(0));
+        assert_eq!(s.rate("c", 5 * sec, 2 * sec as u64, None), Some(0));
         // Other objects' samples are their own; an object not sampled for ten minutes is
         // forgotten when another one starts.
-        assert_eq!(s.rate("d", 6 * sec, 5), None);
-        assert_eq!(s.rate("e", 6 * sec + FORGET_AFTER_NS, 0), None);
-        assert_eq!(s.rate("c", 7 * sec + FORGET_AFTER_NS, 9), None);
+        assert_eq!(s.rate("d", 6 * sec, 5, None), None);
+        assert_eq!(s.rate("e", 6 * sec + FORGET_AFTER_NS, 0, None), None);
+        assert_eq!(s.rate("c", 7 * sec + FORGET_AFTER_NS, 9, None), None);
     }
 
     #[test]
     fn cpu_rate_needs_two_samples() {
         let s = Sampler::default();
-        assert_eq!(s.rate("c", 1_000_000_000, 0), None);
+        assert_eq!(s.rate("c", 1_000_000_000, 0, None), None);
         // Half a core for one second.
-        assert_eq!(s.rate("c", 2_000_000_000, 500_000_000), Some(500_000_000));
+        assert_eq!(
+            s.rate("c", 2_000_000_000, 500_000_000, None),
+            Some(500_000_000)
+        );
         // A counter that went backwards (a restarted container) gives no rate.
-        assert_eq!(s.rate("c", 3_000_000_000, 100), None);
+        assert_eq!(s.rate("c", 3_000_000_000, 100, None), None);
+    }
+
+    /// Two clients' samples a few milliseconds apart, while the object is younger than the
+    /// window: the rate is its average since it started (its counter was 0 then), not the
+    /// CPU of those milliseconds (0 for a container sleeping between two steps).
+    #[test]
+    fn a_young_objects_rate_is_its_average_since_it_started() {
+        let s = Sampler::default();
+        let ms = 1_000_000;
+        // Made at 100 ms; a quarter of a core over its first 400 ms.
+        assert_eq!(
+            s.rate("c", 500 * ms, 100 * ms as u64, Some(100 * ms)),
+            Some(250_000_000)
+        );
+        // Two milliseconds on, idle in them: still its average, not 0.
+        let r = s
+            .rate("c", 502 * ms, 100 * ms as u64, Some(100 * ms))
+            .unwrap();
+        assert!(r > 240_000_000, "{r}");
+        // Once a sample is a second old, the window is the last second.
+        assert_eq!(
+            s.rate("c", 1_600 * ms, 100 * ms as u64, Some(100 * ms)),
+            Some(0)
+        );
+        // A counter that went backwards no longer counts from the start.
+        assert_eq!(s.rate("p", 500 * ms, 50, Some(100 * ms)), Some(125));
+        assert_eq!(s.rate("p", 700 * ms, 10, Some(100 * ms)), None);
+        assert_eq!(
+            s.rate("p", 800 * ms, 10 + 100 * ms as u64, Some(100 * ms)),
+            Some(ms as u64 * 1_000)
+        );
     }
 }
