@@ -80,8 +80,16 @@ fn mkdir(path: &Path, mode: u32) -> Result<()> {
 /// per-object directories below `containers/` and `sandboxes/` (bundles, whose `rootfs` is the
 /// container's mounted root filesystem) are made under the daemon's umask (0o077), so 0700.
 fn prepare_dirs(config: &Config) -> Result<()> {
+    // Before anything is made or read: a newer release's directories are refused unchanged.
+    let dirs = [(&config.root, "root"), (&config.state, "state")];
+    for (dir, what) in dirs {
+        crate::format::check(dir, what)?;
+    }
     mkdir(&config.root, 0o711)?;
     mkdir(&config.state, 0o711)?;
+    for (dir, _) in dirs {
+        crate::format::record(dir)?;
+    }
     for dir in ["sandboxes", "containers", "image"] {
         mkdir(&config.root.join(dir), 0o700)?;
     }

@@ -24,7 +24,8 @@
 //!    reservation, their CRI messages), `events` (the GetContainerEvents publisher), `cdi`
 //!    (the CDI spec files of `[cdi] spec_dirs`, read for a create that asks for devices);
 //! 7. shared below all: `error` (the one error type: a gRPC code, a message, the cause),
-//!    `config` (the TOML configuration), `apparmor` (whether containers' AppArmor profiles
+//!    `config` (the TOML configuration), `format` (the on-disk format's version, checked at
+//!    start), `apparmor` (whether containers' AppArmor profiles
 //!    apply, and the default profile loaded, decided at start), `runtime_handlers` (the runtime handlers pods
 //!    choose by name, each an OCI runtime and its root), `paths`, `ids`, `cgroups` (a `cgroupsPath` per
 //!    driver), `oom_score`, `runtime_spec` (runtime-spec pieces and the config.json writer),
@@ -74,6 +75,7 @@ pub mod error;
 pub mod events;
 pub mod exec;
 pub mod failpoint;
+pub mod format;
 pub mod host_ops;
 pub mod ids;
 pub mod images;

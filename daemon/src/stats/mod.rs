@@ -585,7 +585,9 @@ mod tests {
         // One core for two seconds.
         assert_eq!(s.rate("c", 2 * sec, 2 * sec as u64, None), Some(sec as u64));
         // A millisecond later, with no CPU used in it: still the rate of the last seconds.
-        let r = s.rate("c", 2 * sec + 1_000_000, 2 * sec as u64, None).unwrap();
+        let r = s
+            .rate("c", 2 * sec + 1_000_000, 2 * sec as u64, None)
+            .unwrap();
         assert!(r > 990_000_000, "{r}");
         // Three seconds on, idle since: the rate since the newest sample a second old.
         assert_eq!(s.rate("c", 5 * sec, 2 * sec as u64, None), Some(0));
