@@ -44,6 +44,9 @@ pub struct DaemonOptions {
     /// by this daemon's cgroup parent and `{dir}` by its directory. Without a `[pods]` table here, one putting pod cgroups
     /// at `{cgroup_parent}/kubepods` is added.
     pub extra_config: String,
+    /// The daemon binary to run instead of this build's `peapod` (its shim the `peapod-shim`
+    /// beside it): a previous release's, for the upgrade test.
+    pub program: Option<PathBuf>,
 }
 
 pub struct TestDaemon {
@@ -64,6 +67,9 @@ pub struct TestDaemon {
     /// `PEAPOD_FAILPOINTS` for the next (re)start (see daemon/src/failpoint.rs): set, the daemon
     /// started is the test daemon `peapod-failpoints`.
     pub failpoints: Option<String>,
+    /// The daemon binary of the next (re)start; none: this build's (see
+    /// [`DaemonOptions::program`]).
+    pub program: Option<PathBuf>,
     child: Option<Child>,
     name: String,
 }
@@ -155,7 +161,7 @@ impl TestDaemon {
         std::fs::write(&config_path, config).expect("write config");
         let socket = state.join("peapod.sock");
 
-        let child = spawn_daemon(&dir, None);
+        let child = spawn_daemon(&dir, None, opts.program.as_deref());
         let mut child = child;
         let cri = wait_for_socket(&socket, &dir, Some(&mut child)).await;
         TestDaemon {
@@ -172,6 +178,7 @@ impl TestDaemon {
             systemd,
             cri,
             failpoints: None,
+            program: opts.program.clone(),
             child: Some(child),
             name: name.to_string(),
         }
@@ -180,7 +187,11 @@ impl TestDaemon {
     /// Starts the daemon again on the same directories (after `stop_daemon`).
     pub async fn restart(&mut self) -> bool {
         self.stop_daemon();
-        self.child = Some(spawn_daemon(&self.dir, self.failpoints.as_deref()));
+        self.child = Some(spawn_daemon(
+            &self.dir,
+            self.failpoints.as_deref(),
+            self.program.as_deref(),
+        ));
         self.cri = wait_for_socket(&self.socket, &self.dir, self.child.as_mut()).await;
         true
     }
@@ -189,7 +200,11 @@ impl TestDaemon {
     /// waiting for it to serve (see `wait_serving`, `wait_daemon_exit`).
     pub fn spawn(&mut self) {
         assert!(self.child.is_none(), "the daemon is still running");
-        self.child = Some(spawn_daemon(&self.dir, self.failpoints.as_deref()));
+        self.child = Some(spawn_daemon(
+            &self.dir,
+            self.failpoints.as_deref(),
+            self.program.as_deref(),
+        ));
     }
 
     /// Waits for the daemon started by `spawn` to serve.
@@ -381,7 +396,7 @@ impl TestDaemon {
     }
 }
 
-fn spawn_daemon(dir: &Path, failpoints: Option<&str>) -> Child {
+fn spawn_daemon(dir: &Path, failpoints: Option<&str>, program: Option<&Path>) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -395,7 +410,7 @@ fn spawn_daemon(dir: &Path, failpoints: Option<&str>) -> Child {
             cmd.env("PEAPOD_FAILPOINTS", f);
             cmd
         }
-        None => Command::new(bin_dir().join("peapod")),
+        None => Command::new(program.map_or_else(|| bin_dir().join("peapod"), Path::to_path_buf)),
     };
     cmd.arg("serve")
         .arg("--config")
