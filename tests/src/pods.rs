@@ -100,6 +100,31 @@ impl TestDaemon {
         start_in(self, id).await
     }
 
+    /// ListMetricDescriptors' descriptors.
+    pub async fn metric_descriptors(&mut self) -> Vec<cri::MetricDescriptor> {
+        self.cri
+            .runtime
+            .list_metric_descriptors(cri::ListMetricDescriptorsRequest {})
+            .await
+            .expect("ListMetricDescriptors")
+            .into_inner()
+            .descriptors
+    }
+
+    /// The metrics of pod `id` in ListPodSandboxMetrics; panics if it has none.
+    pub async fn pod_metrics(&mut self, id: &str) -> cri::PodSandboxMetrics {
+        self.cri
+            .runtime
+            .list_pod_sandbox_metrics(cri::ListPodSandboxMetricsRequest {})
+            .await
+            .expect("ListPodSandboxMetrics")
+            .into_inner()
+            .pod_metrics
+            .into_iter()
+            .find(|m| m.pod_sandbox_id == id)
+            .unwrap_or_else(|| panic!("no metrics of pod {id}"))
+    }
+
     /// StopContainer with `timeout` seconds of grace; panics if the call fails.
     pub async fn stop_container(&mut self, id: &str, timeout: i64) {
         self.cri

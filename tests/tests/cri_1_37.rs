@@ -680,6 +680,30 @@ fn own_pressure_dir(pid: u32) -> Option<std::path::PathBuf> {
     dir.join("cpu.pressure").exists().then_some(dir)
 }
 
+/// The file a container's swap usage is read from: v1's memsw of its memory cgroup, or its
+/// unified cgroup's `memory.swap.current` on a v2 host.
+fn swap_file(pid: u32) -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let base = std::path::Path::new("/sys/fs/cgroup");
+    match text
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
+    {
+        Some(m) => Some(
+            base.join("memory")
+                .join(m.trim_start_matches('/'))
+                .join("memory.memsw.usage_in_bytes"),
+        ),
+        None => {
+            let unified = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+            Some(
+                base.join(unified.trim_start_matches('/'))
+                    .join("memory.swap.current"),
+            )
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_carry_psi_exactly_where_the_host_has_it() {
     let mut d = TestDaemon::start("psi").await;
@@ -703,6 +727,9 @@ async fn stats_carry_psi_exactly_where_the_host_has_it() {
         .into_inner()
         .stats
         .unwrap();
+    // Swap usage exactly where the container's memory cgroup accounts swap.
+    let accounted = swap_file(pid).is_some_and(|f| f.exists());
+    assert_eq!(stats.swap.is_some(), accounted, "{:?}", stats.swap);
     let cpu = stats.cpu.expect("cpu");
     match own_pressure_dir(pid) {
         Some(dir) => {
@@ -719,6 +746,23 @@ async fn stats_carry_psi_exactly_where_the_host_has_it() {
             if dir.join("memory.pressure").exists() {
                 assert!(stats.memory.expect("memory").psi.is_some());
             }
+            // The pressure counters: described, and the container's among the pod's metrics.
+            let descriptors = d.metric_descriptors().await;
+            let name = "container_pressure_cpu_waiting_seconds_total";
+            assert!(
+                descriptors.iter().any(|x| x.name == name),
+                "{name} described"
+            );
+            let ours = d.pod_metrics(&pod.id).await;
+            let waiting = ours
+                .container_metrics
+                .iter()
+                .flat_map(|c| &c.metrics)
+                .find(|m| m.name == name)
+                .unwrap_or_else(|| panic!("{name} of the busy container"));
+            // Read after the stats: the counter only grew since (whole seconds of it).
+            let value = waiting.value.as_ref().unwrap().value;
+            assert!(value >= some.total / 1_000_000_000, "{waiting:?} {some:?}");
         }
         None => {
             eprintln!("no cgroup v2 of the container's own here: PSI must be unset");

@@ -24,13 +24,8 @@ async fn pod_metrics_carry_the_containers_cpu_memory_disk_and_the_pods_network()
     d.wait_log(&id, "ready", Duration::from_secs(30)).await;
 
     let descriptors: HashMap<String, cri::MetricDescriptor> = d
-        .cri
-        .runtime
-        .list_metric_descriptors(cri::ListMetricDescriptorsRequest {})
+        .metric_descriptors()
         .await
-        .unwrap()
-        .into_inner()
-        .descriptors
         .into_iter()
         .map(|desc| (desc.name.clone(), desc))
         .collect();
@@ -44,18 +39,7 @@ async fn pod_metrics_carry_the_containers_cpu_memory_disk_and_the_pods_network()
         assert!(descriptors.contains_key(name), "{name} not described");
     }
 
-    let all = d
-        .cri
-        .runtime
-        .list_pod_sandbox_metrics(cri::ListPodSandboxMetricsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_metrics;
-    let pm = all
-        .iter()
-        .find(|m| m.pod_sandbox_id == pod.id)
-        .expect("metrics of the pod");
+    let pm = d.pod_metrics(&pod.id).await;
     let metrics: Vec<&cri::Metric> = pm
         .metrics
         .iter()

@@ -50,11 +50,11 @@ pub async fn list_pod_sandbox_stats(
 }
 
 pub fn list_metric_descriptors(
-    _daemon: &Daemon,
+    daemon: &Daemon,
     _req: cri::ListMetricDescriptorsRequest,
 ) -> Result<cri::ListMetricDescriptorsResponse> {
     Ok(cri::ListMetricDescriptorsResponse {
-        descriptors: crate::stats::cri_metrics::descriptors(),
+        descriptors: crate::stats::cri_metrics::descriptors(daemon.stats.psi()),
     })
 }
 

@@ -20,6 +20,11 @@ pub struct Usage {
     pub major_page_faults: Option<u64>,
     /// None when unlimited.
     pub memory_limit: Option<u64>,
+    /// Swap in use (v2 `memory.swap.current`; v1 `memory.memsw.usage_in_bytes` less the
+    /// memory's, where swap is accounted).
+    pub swap_usage: Option<u64>,
+    /// The swap it may use; None when unlimited.
+    pub swap_limit: Option<u64>,
 }
 
 impl Usage {
@@ -37,7 +42,9 @@ impl Usage {
         self.rss = plus(self.rss, other.rss);
         self.page_faults = plus(self.page_faults, other.page_faults);
         self.major_page_faults = plus(self.major_page_faults, other.major_page_faults);
+        self.swap_usage = plus(self.swap_usage, other.swap_usage);
         self.memory_limit = None;
+        self.swap_limit = None;
     }
 }
 
@@ -82,6 +89,16 @@ pub fn read_usage(root: &Path, paths: &ProcCgroups) -> Usage {
             u.memory_usage = number(read(&dir.join("memory.usage_in_bytes")));
             u.memory_limit =
                 number(read(&dir.join("memory.limit_in_bytes"))).filter(|l| *l < V1_UNLIMITED);
+            // memsw counts memory and swap together (where the kernel accounts swap).
+            let memsw = number(read(&dir.join("memory.memsw.usage_in_bytes")));
+            u.swap_usage = memsw
+                .zip(u.memory_usage)
+                .map(|(both, m)| both.saturating_sub(m));
+            let memsw_limit = number(read(&dir.join("memory.memsw.limit_in_bytes")))
+                .filter(|l| *l < V1_UNLIMITED);
+            u.swap_limit = memsw_limit
+                .zip(u.memory_limit)
+                .map(|(both, m)| both.saturating_sub(m));
             if let Some(stat) = read(&dir.join("memory.stat")) {
                 let s = parse_flat_keyed(&stat);
                 let inactive = s.get("total_inactive_file").copied().unwrap_or(0);
@@ -111,6 +128,8 @@ pub fn read_usage(root: &Path, paths: &ProcCgroups) -> Usage {
     }
     u.memory_usage = number(read(&dir.join("memory.current")));
     u.memory_limit = number(read(&dir.join("memory.max")));
+    u.swap_usage = number(read(&dir.join("memory.swap.current")));
+    u.swap_limit = number(read(&dir.join("memory.swap.max")));
     if let Some(stat) = read(&dir.join("memory.stat")) {
         let s = parse_flat_keyed(&stat);
         let inactive = s.get("inactive_file").copied().unwrap_or(0);
@@ -287,9 +306,15 @@ mod tests {
             "cache 100\nrss 50\ntotal_rss 4096\ntotal_inactive_file 1048576\ntotal_pgfault 77\ntotal_pgmajfault 3\n",
         );
         write(&root, "pids/peapod/c1/cgroup.procs", "10\n11\n");
+        // Swap accounted: memsw is memory and swap together; its limit unlimited too.
+        let memsw = "memory/peapod/c1/memory.memsw.usage_in_bytes";
+        write(&root, memsw, "10489856\n");
+        let memsw_limit = "memory/peapod/c1/memory.memsw.limit_in_bytes";
+        write(&root, memsw_limit, "9223372036854771712\n");
         let paths =
             ProcCgroups::parse("6:cpuacct:/peapod/c1\n4:memory:/peapod/c1\n12:pids:/peapod/c1\n");
         let u = read_usage(&root, &paths);
+        assert_eq!((u.swap_usage, u.swap_limit), (Some(4096), None));
         assert_eq!(u.cpu_ns, Some(123_456_789));
         assert_eq!(u.memory_usage, Some(10 << 20));
         assert_eq!(u.working_set, Some(9 << 20));
@@ -317,8 +342,11 @@ mod tests {
             "anon 4096\nfile 4096\ninactive_file 1024\npgfault 9\npgmajfault 1\n",
         );
         write(&root, "k/c2/cgroup.procs", "1\n");
+        write(&root, "k/c2/memory.swap.current", "512\n");
+        write(&root, "k/c2/memory.swap.max", "2048\n");
         let paths = ProcCgroups::parse("0::/k/c2\n");
         let u = read_usage(&root, &paths);
+        assert_eq!((u.swap_usage, u.swap_limit), (Some(512), Some(2048)));
         assert_eq!(u.cpu_ns, Some(2_500_000));
         assert_eq!(u.memory_usage, Some(8192));
         assert_eq!(u.working_set, Some(7168));

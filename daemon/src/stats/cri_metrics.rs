@@ -259,10 +259,49 @@ const DESCRIPTORS: &[Desc] = &[
     },
 ];
 
-/// Every metric ListPodSandboxMetrics can report.
-pub fn descriptors() -> Vec<cri::MetricDescriptor> {
+/// cAdvisor's pressure stall metrics (PSI totals: `waiting` the `some` line, `stalled` the
+/// `full` one), described where the host has PSI of containers' cgroups (a unified hierarchy
+/// and a kernel with PSI), from each container's own `*.pressure` files.
+const PRESSURE: &[Desc] = &[
+    Desc {
+        name: "container_pressure_cpu_waiting_seconds_total",
+        help: "Total time duration tasks in the container have waited due to CPU congestion.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_pressure_cpu_stalled_seconds_total",
+        help: "Total time duration no tasks in the container could make progress due to CPU congestion.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_pressure_memory_waiting_seconds_total",
+        help: "Total time duration tasks in the container have waited due to memory congestion.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_pressure_memory_stalled_seconds_total",
+        help: "Total time duration no tasks in the container could make progress due to memory congestion.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_pressure_io_waiting_seconds_total",
+        help: "Total time duration tasks in the container have waited due to IO congestion.",
+        labels: Labels::None,
+    },
+    Desc {
+        name: "container_pressure_io_stalled_seconds_total",
+        help: "Total time duration no tasks in the container could make progress due to IO congestion.",
+        labels: Labels::None,
+    },
+];
+
+/// Every metric ListPodSandboxMetrics can report; the pressure ones where `psi` (the host
+/// has PSI of containers' cgroups).
+pub fn descriptors(psi: bool) -> Vec<cri::MetricDescriptor> {
+    let pressure = if psi { PRESSURE } else { &[] };
     DESCRIPTORS
         .iter()
+        .chain(pressure)
         .map(|d| {
             let mut keys: Vec<String> = BASE.iter().map(|s| s.to_string()).collect();
             match d.labels {
@@ -401,6 +440,26 @@ pub fn pod_metrics(
                 val(&m.working_set_bytes),
             );
             e.counter("container_memory_failures_total", val(&m.page_faults));
+        }
+        let waiting_stalled = |p: &Option<cri::PsiStats>| {
+            let seconds = |d: &Option<cri::PsiData>| d.as_ref().map(|d| d.total / 1_000_000_000);
+            p.as_ref().map(|p| (seconds(&p.some), seconds(&p.full)))
+        };
+        let pressures = [
+            ("cpu", c.cpu.as_ref().and_then(|c| waiting_stalled(&c.psi))),
+            (
+                "memory",
+                c.memory.as_ref().and_then(|m| waiting_stalled(&m.psi)),
+            ),
+            ("io", c.io.as_ref().and_then(|io| waiting_stalled(&io.psi))),
+        ];
+        for (resource, psi) in pressures {
+            let Some((waiting, stalled)) = psi else {
+                continue;
+            };
+            let name = |kind: &str| format!("container_pressure_{resource}_{kind}_seconds_total");
+            e.counter(&name("waiting"), waiting);
+            e.counter(&name("stalled"), stalled);
         }
         e.gauge("container_memory_rss", x.memory_rss);
         e.gauge("container_memory_cache", x.memory_cache);
@@ -583,7 +642,7 @@ mod tests {
 
     #[test]
     fn every_descriptor_has_values_with_its_label_keys() {
-        let descs = descriptors();
+        let descs = descriptors(false);
         let m = pod_metrics(&stats(), "pod-a", &net(), &facts(), 9_500_000_000);
         assert_eq!(m.pod_sandbox_id, "sb1");
         let all: Vec<&cri::Metric> = m
@@ -692,10 +751,46 @@ mod tests {
 
     #[test]
     fn descriptor_names_are_unique() {
-        let mut names: Vec<String> = descriptors().into_iter().map(|d| d.name).collect();
+        let mut names: Vec<String> = descriptors(true).into_iter().map(|d| d.name).collect();
         let n = names.len();
         names.sort();
         names.dedup();
         assert_eq!(names.len(), n);
+    }
+
+    /// A container's PSI totals (nanoseconds in its stats) become cAdvisor's pressure
+    /// counters in whole seconds, `waiting` from `some` and `stalled` from `full`; they are
+    /// described only where the host has PSI.
+    #[test]
+    fn pressure_totals_become_the_pressure_counters() {
+        let mut st = stats();
+        let linux = st.linux.as_mut().unwrap();
+        let data = |total| cri::PsiData {
+            total,
+            ..Default::default()
+        };
+        linux.containers[0].cpu = Some(cri::CpuUsage {
+            timestamp: 1,
+            psi: Some(cri::PsiStats {
+                some: Some(data(7_500_000_000)),
+                full: Some(data(2_000_000_000)),
+            }),
+            ..Default::default()
+        });
+        let m = pod_metrics(&st, "pod-a", &[], &facts(), 1);
+        let c = &m.container_metrics[0].metrics;
+        let value = |name| find(c, name).value.as_ref().unwrap().value;
+        assert_eq!(value("container_pressure_cpu_waiting_seconds_total"), 7);
+        assert_eq!(value("container_pressure_cpu_stalled_seconds_total"), 2);
+        assert!(c
+            .iter()
+            .all(|m| !m.name.starts_with("container_pressure_io")));
+        let described = |psi| {
+            descriptors(psi)
+                .iter()
+                .filter(|d| d.name.starts_with("container_pressure_"))
+                .count()
+        };
+        assert_eq!((described(true), described(false)), (6, 0));
     }
 }

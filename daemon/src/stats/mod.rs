@@ -223,6 +223,19 @@ pub struct StatsService {
     images: Arc<peapod_image::Store>,
     host: Arc<dyn ProcessStats>,
     sampler: Sampler,
+    /// The host has PSI of containers' cgroups (read once): the pressure metrics are described.
+    psi: bool,
+}
+
+/// Whether the kernel keeps PSI and a unified hierarchy holds containers' cgroups (v2, or a
+/// hybrid host's `unified`): where containers' `*.pressure` files can exist.
+fn host_has_psi(root: &Path) -> bool {
+    let unified = if peapod_host::cgroup::is_unified(root) {
+        root.to_path_buf()
+    } else {
+        root.join("unified")
+    };
+    Path::new("/proc/pressure/cpu").exists() && unified.join("cgroup.procs").exists()
 }
 
 impl StatsService {
@@ -238,7 +251,13 @@ impl StatsService {
             images,
             host,
             sampler: Sampler::default(),
+            psi: host_has_psi(Path::new(CGROUP_ROOT)),
         }
+    }
+
+    /// Whether the host has PSI of containers' cgroups (decided at start).
+    pub fn psi(&self) -> bool {
+        self.psi
     }
 
     /// CPU and memory messages for a usage; `key` names the object for the CPU rate.
@@ -307,7 +326,7 @@ impl StatsService {
             cpu,
             memory,
             writable_layer,
-            swap: None,
+            swap: swap(&sample.usage, at),
             io: io(&sample.pressure, at),
         };
         (stats, sample)
@@ -530,6 +549,16 @@ fn psi(p: Option<cgroup::Psi>) -> Option<cri::PsiStats> {
     Some(cri::PsiStats {
         full: p.full.map(data),
         some: p.some.map(data),
+    })
+}
+
+/// Swap usage where the cgroup accounts it; what is available is its limit less that, where
+/// it has one.
+fn swap(u: &cgroup::Usage, at: i64) -> Option<cri::SwapUsage> {
+    u.swap_usage.map(|used| cri::SwapUsage {
+        timestamp: at,
+        swap_usage_bytes: u64v(Some(used)),
+        swap_available_bytes: u64v(u.swap_limit.map(|l| l.saturating_sub(used))),
     })
 }
 
