@@ -147,6 +147,25 @@ socket_path = "/var/run/nri/nri.sock"
 plugin_registration_timeout_ms = 5000
 plugin_request_timeout_ms = 2000
 
+# Tracing: each CRI call a span (named as gRPC names it, runtime.v1.RuntimeService/RunPodSandbox)
+# with its steps as child spans (CNI, the shim's calls, the pause and the container's runtime
+# create and start, an image's manifest and layers), exported by OTLP/gRPC (plaintext) to a
+# collector (the OpenTelemetry Collector, Jaeger, ...). A call whose gRPC metadata carries a W3C
+# trace context (traceparent, tracestate: the kubelet sends it with its tracing configured) is
+# a span of the caller's trace. Off by default: an empty endpoint means no exporter, no
+# connection and no work per call.
+[tracing]
+# The collector's OTLP/gRPC address, "host:port" as the kubelet's tracing.endpoint (or
+# "http://host:port"); e.g. "127.0.0.1:4317". Empty: tracing off.
+endpoint = ""
+# Of the calls that come with no trace context (or with one that does not say), how many in a
+# million start a trace of their own, as the kubelet's samplingRatePerMillion; 0 to 1000000.
+# A caller's sampling decision is always followed: with 0, peapod traces exactly the calls its
+# caller traces.
+sampling_rate_per_million = 0
+# The service.name of peapod's spans.
+service_name = "peapod"
+
 # CDI (Container Device Interface): devices a container asks for by name, such as
 # "vendor.com/gpu=0" (CreateContainer's cdi_devices, which the kubelet fills from device
 # plugins and DRA drivers, and cdi.k8s.io/* annotations), as the vendors' CDI spec files
@@ -196,6 +215,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub nri: NriConfig,
     pub cdi: CdiConfig,
+    pub tracing: TracingConfig,
     pub pods: PodsConfig,
 }
 
@@ -421,6 +441,93 @@ impl Default for CdiConfig {
     }
 }
 
+/// `[tracing]`: OpenTelemetry traces exported by OTLP/gRPC (see DEFAULT_TOML; `crate::otel`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TracingConfig {
+    /// The collector, `host:port` or `http://host:port`; empty: tracing off.
+    pub endpoint: String,
+    /// Root spans sampled per million (a caller's decision is always followed).
+    pub sampling_rate_per_million: i64,
+    pub service_name: String,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig {
+            endpoint: String::new(),
+            sampling_rate_per_million: 0,
+            service_name: "peapod".into(),
+        }
+    }
+}
+
+/// The largest `tracing.sampling_rate_per_million`: every trace.
+pub const SAMPLING_RATE_MAX: i64 = 1_000_000;
+
+impl TracingConfig {
+    /// Whether traces are exported.
+    pub fn enabled(&self) -> bool {
+        !self.endpoint.is_empty()
+    }
+
+    /// The collector's URI for the gRPC client (`http://host:port`), or an error naming the
+    /// field and what is wrong with it.
+    pub fn collector_uri(&self) -> Result<String, ConfigError> {
+        let bad = |why: &str| {
+            ConfigError::Invalid(format!(
+                "tracing.endpoint {:?}: {why}; expected \"host:port\" (or \"http://host:port\") of an OTLP/gRPC collector",
+                self.endpoint
+            ))
+        };
+        let rest = match self.endpoint.split_once("://") {
+            Some(("http", rest)) => rest,
+            Some((scheme, _)) => {
+                return Err(bad(&format!(
+                    "scheme {scheme:?} is not supported (plaintext OTLP/gRPC only)"
+                )))
+            }
+            None => self.endpoint.as_str(),
+        };
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?;
+        let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            v6.parse::<std::net::Ipv6Addr>().is_ok()
+        } else {
+            !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'-' || c == b'_')
+        };
+        if !host_ok {
+            return Err(bad("the host is not an IP address or a DNS name"));
+        }
+        Ok(format!("http://{host}:{port}"))
+    }
+
+    /// Checks the table (whether or not tracing is on: a bad value is refused either way).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(0..=SAMPLING_RATE_MAX).contains(&self.sampling_rate_per_million) {
+            return Err(ConfigError::Invalid(format!(
+                "tracing.sampling_rate_per_million {} is out of range: 0 to {SAMPLING_RATE_MAX}",
+                self.sampling_rate_per_million
+            )));
+        }
+        if self.service_name.trim().is_empty() {
+            return Err(ConfigError::Invalid("tracing.service_name is empty".into()));
+        }
+        if self.enabled() {
+            self.collector_uri()?;
+        }
+        Ok(())
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -440,6 +547,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             nri: NriConfig::default(),
             cdi: CdiConfig::default(),
+            tracing: TracingConfig::default(),
             pods: PodsConfig::default(),
         }
     }
@@ -718,6 +826,7 @@ impl Config {
                 "cgroup.default_parent must be an absolute cgroup path".into(),
             ));
         }
+        self.tracing.validate()?;
         Ok(())
     }
 }
@@ -860,6 +969,68 @@ mod tests {
             "{err}"
         );
         assert!(Config::parse("[cdi]\nenable_cdi = true\n").is_err());
+    }
+
+    #[test]
+    fn tracing_table() {
+        let c = Config::default();
+        assert!(!c.tracing.enabled());
+        assert_eq!(c.tracing.sampling_rate_per_million, 0);
+        assert_eq!(c.tracing.service_name, "peapod");
+        for (endpoint, uri) in [
+            ("127.0.0.1:4317", "http://127.0.0.1:4317"),
+            (
+                "http://collector.example:4317",
+                "http://collector.example:4317",
+            ),
+            ("[::1]:4317", "http://[::1]:4317"),
+            ("localhost:1", "http://localhost:1"),
+        ] {
+            let c = Config::parse(&format!(
+                "[tracing]\nendpoint = \"{endpoint}\"\nsampling_rate_per_million = 1000000\n"
+            ))
+            .unwrap();
+            c.validate().unwrap();
+            assert!(c.tracing.enabled());
+            assert_eq!(c.tracing.collector_uri().unwrap(), uri);
+        }
+        for (toml, complaint) in [
+            (
+                "endpoint = \"127.0.0.1\"",
+                "tracing.endpoint \"127.0.0.1\": no port",
+            ),
+            (
+                "endpoint = \"127.0.0.1:0\"",
+                "tracing.endpoint \"127.0.0.1:0\": the port",
+            ),
+            ("endpoint = \"127.0.0.1:99999\"", "the port is not a number"),
+            (
+                "endpoint = \"https://c:4317\"",
+                "scheme \"https\" is not supported",
+            ),
+            ("endpoint = \"grpc://c:4317\"", "scheme \"grpc\""),
+            ("endpoint = \"a b:4317\"", "the host is not"),
+            ("endpoint = \":4317\"", "the host is not"),
+            ("endpoint = \"[zz]:4317\"", "the host is not"),
+            ("endpoint = \"c:4317/v1/traces\"", "the port"),
+            (
+                "sampling_rate_per_million = 1000001",
+                "tracing.sampling_rate_per_million 1000001 is out of range",
+            ),
+            (
+                "sampling_rate_per_million = -1",
+                "tracing.sampling_rate_per_million -1 is out of range",
+            ),
+            ("service_name = \" \"", "tracing.service_name is empty"),
+        ] {
+            let err = Config::parse(&format!("[tracing]\n{toml}\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(complaint), "{toml}: {err}");
+        }
+        assert!(Config::parse("[tracing]\nsampling_ratio = 1.0\n").is_err());
     }
 
     #[test]

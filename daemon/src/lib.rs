@@ -33,7 +33,8 @@
 //!    async workers), `detached` (work that finishes when its caller goes away),
 //!    `orphan_helpers` (CNI plugins and runtime creates a dead daemon left running, killed
 //!    before recovery rolls back), `failpoint` (named crash points, armed only by the test
-//!    daemon).
+//!    daemon), `otel` (with `[tracing]` on, the spans exported by OTLP and each call's span
+//!    made the child of its caller's W3C trace context).
 //!
 //! `testing` (tests only): fakes of every side-effect trait and a harness over them.
 //!
@@ -83,6 +84,7 @@ pub mod network;
 pub mod nri;
 pub mod oom_score;
 pub mod orphan_helpers;
+pub mod otel;
 pub mod paths;
 pub mod pause;
 pub mod pod_lifecycle;

@@ -516,6 +516,12 @@ impl Session {
     /// Fetches a manifest (or index) by tag or digest, trying endpoints in
     /// order. Returns the body, its media type and the endpoint that served it.
     /// When `reference` is a digest, the body is verified against it.
+    #[tracing::instrument(
+        level = "debug",
+        name = "registry.manifest",
+        skip_all,
+        fields(reference)
+    )]
     pub async fn manifest(
         &self,
         reference: &str,

@@ -26,8 +26,14 @@ fn script() -> PathBuf {
 
 /// Runs `scripts/cluster ARGS`, panicking with its output when it fails.
 pub fn run_script(args: &[&str]) -> String {
+    run_script_env(args, &[])
+}
+
+/// [`run_script`] with these variables in its environment.
+pub fn run_script_env(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new(script())
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run scripts/cluster");
@@ -110,8 +116,17 @@ impl Cluster {
 
     /// `scripts/cluster standalone up`: one kubelet, no API server.
     pub fn standalone() -> Cluster {
+        Self::standalone_traced("")
+    }
+
+    /// `scripts/cluster standalone up`, the kubelet's and peapod's spans sent to the OTLP/gRPC
+    /// collector at `endpoint` (`PEAPOD_CLUSTER_TRACING_ENDPOINT`; empty: no tracing).
+    pub fn standalone_traced(endpoint: &str) -> Cluster {
         let guard = Self::lock();
-        run_script(&["standalone", "up"]);
+        run_script_env(
+            &["standalone", "up"],
+            &[("PEAPOD_CLUSTER_TRACING_ENDPOINT", endpoint)],
+        );
         Cluster {
             _guard: guard,
             nodes: 1,

@@ -207,6 +207,11 @@ impl TestDaemon {
         ));
     }
 
+    /// The daemon process's pid, while it runs.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Waits for the daemon started by `spawn` to serve.
     pub async fn wait_serving(&mut self) {
         self.cri = wait_for_socket(&self.socket, &self.dir, self.child.as_mut()).await;

@@ -16,6 +16,7 @@ use peapod_proto::v1::{ContainerConfig, ContainerEventType, NamespaceMode, PodSa
 use peapod_shim::protocol::CreateOptions;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// A CreateContainer request, after the gRPC layer took it apart.
 pub struct CreateContainer {
@@ -342,6 +343,7 @@ impl ContainerService {
                 readonly: false,
                 userns: userns.as_ref(),
             })
+            .instrument(tracing::debug_span!("rootfs", image = %image.id))
             .await?;
         made.rootfs = Some(rootfs.clone());
         crate::failpoint::hit("container.create.after-rootfs").await;

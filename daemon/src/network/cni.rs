@@ -212,6 +212,7 @@ fn plugin_error(
 }
 
 impl Invoker {
+    #[tracing::instrument(level = "debug", name = "cni.plugin", skip_all, fields(command = command.as_str(), plugin = plugin_conf["type"].as_str().unwrap_or_default()))]
     async fn invoke(
         &self,
         command: Command,

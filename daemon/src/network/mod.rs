@@ -201,11 +201,13 @@ impl PodNetwork for Network {
         })
     }
 
+    #[tracing::instrument(level = "debug", name = "cni.add", skip_all, fields(network = %plan.network["name"].as_str().unwrap_or_default()))]
     async fn setup(&self, sandbox_id: &str, netns: &Path, plan: &CniAttachment) -> Result<Value> {
         let (list, att) = attachment(sandbox_id, netns, plan)?;
         self.invoker.add(&list, &att).await
     }
 
+    #[tracing::instrument(level = "debug", name = "cni.del", skip_all, fields(network = %cni.network["name"].as_str().unwrap_or_default()))]
     async fn teardown(&self, sandbox_id: &str, netns: &Path, cni: &CniAttachment) -> Result<()> {
         let (list, att) = attachment(sandbox_id, netns, cni)?;
         self.invoker.del(&list, &att, &cni.result).await

@@ -245,9 +245,10 @@ impl SandboxService {
         // runs while the shim and the pause container start.
         if let Some(planned) = &planned_netns {
             let userns = peapod_spec::pod_user_namespace(&rec.config)?;
-            let path = self
-                .host
-                .pin_netns(&self.paths.netns_dir(), &id, userns.as_ref())?;
+            let path = tracing::debug_span!("netns.pin").in_scope(|| {
+                self.host
+                    .pin_netns(&self.paths.netns_dir(), &id, userns.as_ref())
+            })?;
             if &path != planned {
                 sandbox.update_step(|r| r.netns = Some(path))?;
             }
@@ -309,6 +310,7 @@ impl SandboxService {
     }
 
     /// The pod's /dev/shm, the pause rootfs and the pause container itself; returns its pid.
+    #[tracing::instrument(level = "debug", name = "pause.start", skip_all)]
     pub(super) async fn start_pause(&self, sandbox: &Arc<Sandbox>, shim: &dyn Shim) -> Result<u32> {
         let id = &sandbox.id;
         let rec = sandbox.get();

@@ -36,22 +36,51 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     result
 }
 
-fn init_logging(level: &str) {
+/// The log on stderr, and with `[tracing]` on the layer exporting spans (`crate::otel`); off,
+/// the subscriber is the log alone, as if tracing did not exist.
+fn init_logging(
+    level: &str,
+    tracing_cfg: &crate::config::TracingConfig,
+) -> anyhow::Result<Option<crate::otel::Exporting>> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only on a terminal: a log file (nohup, the tests, a service manager) stays
     // plain text that grep and parsers read.
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
+    let ansi = std::io::stderr().is_terminal();
+    let Some((otel, exporting)) = crate::otel::layer(tracing_cfg)? else {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr)
+            .init();
+        return Ok(None);
+    };
+    // The log's filter is the log's own: the exporter sees the steps' debug spans whatever
+    // the log level.
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(ansi)
+                .with_writer(std::io::stderr)
+                .with_filter(filter),
+        )
+        .with(otel)
         .init();
+    tracing::info!(
+        endpoint = %tracing_cfg.endpoint,
+        sampling_rate_per_million = tracing_cfg.sampling_rate_per_million,
+        "tracing: exporting spans by OTLP/gRPC"
+    );
+    Ok(Some(exporting))
 }
 
 async fn serve_until_signal(cfg: Config) -> anyhow::Result<()> {
-    init_logging(&cfg.log_level);
+    let exporting = init_logging(&cfg.log_level, &cfg.tracing)?;
     let socket = cfg.socket.clone();
     tracing::info!(version = env!("CARGO_PKG_VERSION"), root = %cfg.root.display(), state = %cfg.state.display(), "peapod starting");
     let rt = crate::daemon::Daemon::new(cfg)
@@ -75,6 +104,9 @@ async fn serve_until_signal(cfg: Config) -> anyhow::Result<()> {
     };
     let served = serve(rt.clone(), &socket, shutdown).await;
     rt.nri.shutdown().await;
+    if let Some(exporting) = exporting {
+        exporting.shutdown().await;
+    }
     served
 }
 

@@ -74,15 +74,20 @@ where
 {
     use tracing::field::Empty;
     use tracing::Instrument;
-    let req = request.into_inner();
+    // The otel.* fields are filled only when traces are exported (crate::otel): empty, the
+    // log shows neither.
     let span = tracing::info_span!(
         "rpc",
         method,
         sandbox = Empty,
         container = Empty,
         pod = Empty,
-        image = Empty
+        image = Empty,
+        otel.name = Empty,
+        otel.kind = Empty
     );
+    crate::otel::adopt_caller(&span, method, request.metadata());
+    let req = request.into_inner();
     if !req.sandbox_id().is_empty() {
         span.record("sandbox", req.sandbox_id());
     }
@@ -94,7 +99,9 @@ where
             Ok(reply) => Ok(Response::new(reply)),
             Err(err) => {
                 log_failure(method, &err);
-                Err(err.to_status())
+                let status = err.to_status();
+                crate::otel::record_failure(&tracing::Span::current(), status.message());
+                Err(status)
             }
         }
     }

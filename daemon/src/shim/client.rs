@@ -123,6 +123,8 @@ impl ShimClient {
 
 #[async_trait]
 impl Shim for ShimClient {
+    // Each call a span (debug: exported with `[tracing]`, in the log at RUST_LOG=debug).
+    #[tracing::instrument(level = "debug", name = "shim.create", skip_all, fields(id = task.id, native = task.options.native, start = task.options.start))]
     async fn create(&self, task: &NewTask<'_>) -> Result<u32> {
         let options = &task.options;
         let mut req = api::CreateTaskRequest::new();
@@ -142,6 +144,7 @@ impl Shim for ShimClient {
         Ok(resp.pid)
     }
 
+    #[tracing::instrument(level = "debug", name = "shim.start", skip_all, fields(id = id, exec_id = exec_id))]
     async fn start(&self, id: &str, exec_id: &str) -> Result<u32> {
         let mut req = api::StartRequest::new();
         req.id = id.into();
@@ -154,6 +157,7 @@ impl Shim for ShimClient {
         Ok(resp.pid)
     }
 
+    #[tracing::instrument(level = "debug", name = "shim.kill", skip_all, fields(id = id, exec_id = exec_id, signal = signal, all = all))]
     async fn kill(&self, id: &str, exec_id: &str, signal: u32, all: bool) -> Result<()> {
         let mut req = api::KillRequest::new();
         req.id = id.into();
@@ -167,6 +171,7 @@ impl Shim for ShimClient {
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", name = "shim.delete", skip_all, fields(id = id, exec_id = exec_id))]
     async fn delete(&self, id: &str, exec_id: &str) -> Result<Exit> {
         let mut req = api::DeleteRequest::new();
         req.id = id.into();
@@ -211,6 +216,7 @@ impl Shim for ShimClient {
         })
     }
 
+    #[tracing::instrument(level = "debug", name = "shim.exec", skip_all, fields(id = id, exec_id = exec_id))]
     async fn exec(
         &self,
         id: &str,
@@ -236,6 +242,7 @@ impl Shim for ShimClient {
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", name = "shim.update", skip_all, fields(id = id))]
     async fn update(&self, id: &str, resources_json: Vec<u8>) -> Result<()> {
         let mut req = api::UpdateTaskRequest::new();
         req.id = id.into();
@@ -292,6 +299,7 @@ impl Shim for ShimClient {
 
     /// Shuts the shim down and returns once its process has exited, so that callers (and
     /// tests) never see a shim that is still on its way out.
+    #[tracing::instrument(level = "debug", name = "shim.shutdown", skip_all)]
     async fn shutdown_and_wait(&self) -> Result<()> {
         self.shutdown(true).await?;
         if self.pidfd.is_some()

@@ -87,6 +87,7 @@ impl Shims for ShimManager {
     /// serves. The shim is this process's child only until it is reaped: it outlives the
     /// daemon, and while both live tokio reaps it when it ends (the child handle is dropped,
     /// not killed).
+    #[tracing::instrument(level = "debug", name = "shim.launch", skip_all, fields(runtime = %handler.path))]
     async fn start(
         &self,
         sandbox_id: &str,

@@ -248,11 +248,16 @@ impl Store {
             blobs: all_blobs,
             artifact_type: None,
         };
-        let img = self.commit_image(record).await?;
+        let img = tracing::Instrument::instrument(
+            self.commit_image(record),
+            tracing::debug_span!("commit"),
+        )
+        .await?;
         Ok(img)
     }
 
     /// Makes sure one layer is present: fetched once even when several pulls want it.
+    #[tracing::instrument(level = "debug", name = "layer", skip_all, fields(digest = %desc.digest, size = desc.size))]
     pub(super) async fn ensure_layer(
         &self,
         session: &Session,
