@@ -1,10 +1,12 @@
 //! Running the daemon: the process set-up `peapod serve` does (umask, async runtime, logging),
 //! the daemon assembled and recovered (`crate::daemon`), the CRI socket bound (never wider
 //! than 0660), `/metrics` and the pod supervisor started, then `crate::server` serving until
-//! SIGTERM or SIGINT; NRI closes last. The test daemon (`peapod-failpoints`) runs the same
-//! [`run`] after arming its crash points.
+//! SIGTERM or SIGINT; NRI closes last; systemd is told when the socket is ready and when the
+//! daemon stops (`sd_notify`, for `Type=notify`). The test daemon (`peapod-failpoints`) runs
+//! the same [`run`] after arming its crash points.
 
 mod metrics_state;
+mod sd_notify;
 
 use crate::config::Config;
 use crate::daemon::Daemon;
@@ -18,6 +20,8 @@ use std::sync::Arc;
 
 /// Runs the daemon with `cfg` until a signal; pods keep running after it returns.
 pub fn run(cfg: Config) -> anyhow::Result<()> {
+    // While the process has one thread: it changes the environment.
+    sd_notify::take_from_env();
     // Before the runtime's threads: their arenas would hold the daemon's freed memory apart.
     peapod_host::heap::use_one_arena();
     // Before any file is made: everything the daemon creates (records, bundles, layers, upper
@@ -72,6 +76,7 @@ async fn serve_until_signal(cfg: Config) -> anyhow::Result<()> {
         }
         // Pods keep running: their shims are not the daemon's children.
         tracing::info!("signal received; stopping the CRI server, leaving pods running");
+        sd_notify::notify("STOPPING=1");
     };
     let served = serve(rt.clone(), &socket, shutdown).await;
     rt.nri.shutdown().await;
@@ -118,6 +123,9 @@ async fn serve(
     }
     let listener = bind_socket(socket)?;
     tracing::info!(socket = %socket.display(), "serving CRI");
+    // Connections made from now on wait in the listen backlog until the server below takes
+    // them: the daemon is ready for clients.
+    sd_notify::notify("READY=1");
     // The pod supervisor (`peapod apply`) is a CRI client of this very socket.
     let pod_cri = std::sync::Arc::new(peapod_kubelet::cri::TonicCri::new(socket));
     let pods = peapod_kubelet::manager::Manager::start(pod_cri, pod_settings);
