@@ -17,6 +17,14 @@ use peapod_proto::v1::runtime_service_server::RuntimeServiceServer;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long after SIGTERM the calls in flight have to finish before their connections are
+/// dropped. HTTP/2's graceful shutdown also waits for each client to answer the PING sent with
+/// the GOAWAY, which a client that is stopped, stuck or not polling its connection never does:
+/// unbounded, one such client held the daemon until systemd's stop timeout and SIGKILL. A call
+/// cut here is one the daemon may lose at any moment anyway (recovery at start settles it).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the daemon with `cfg` until a signal; pods keep running after it returns.
 pub fn run(cfg: Config) -> anyhow::Result<()> {
@@ -131,13 +139,21 @@ async fn serve(
     let pods = peapod_kubelet::manager::Manager::start(pod_cri, pod_settings);
     let cri = CriService::new(rt, metrics.clone());
     let streams = cri.clone();
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         shutdown.await;
         streams.end_streams();
+        let _ = stopping.send(());
+    };
+    let grace_over = async move {
+        match stopped.await {
+            Ok(()) => tokio::time::sleep(SHUTDOWN_GRACE).await,
+            Err(_) => std::future::pending().await,
+        }
     };
     // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
     let incoming = peapod_uds::incoming(listener);
-    tonic::transport::Server::builder()
+    let server = tonic::transport::Server::builder()
         .layer(peapod_metrics::GrpcMetricsLayer::new(metrics))
         // Calls past the client's deadline end DEADLINE_EXCEEDED, not tonic's CANCELLED;
         // inside the metrics layer, so that they are counted with that code.
@@ -145,9 +161,16 @@ async fn serve(
         .add_service(RuntimeServiceServer::new(cri.clone()))
         .add_service(ImageServiceServer::new(cri))
         .add_service(peapod_kubelet::service::PodsService::new(pods).into_server())
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .context("CRI server")?;
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    tokio::select! {
+        served = server => served.context("CRI server")?,
+        // The connections still open are dropped with the server (and their tasks with the
+        // async runtime, as `run` ends).
+        () = grace_over => tracing::warn!(
+            grace_s = SHUTDOWN_GRACE.as_secs(),
+            "calls or clients still open after the grace period; closing their connections"
+        ),
+    }
     if let Some(task) = metrics_task {
         task.abort();
     }
