@@ -4,43 +4,22 @@
 //! init is systemd (the Debian guest: `scripts/vm test`, which packages target/debug before it
 //! boots; `#[ignore]`d here, and failing, not skipping, elsewhere), installed by dpkg and run
 //! by systemd: `systemctl enable --now peapod`, a pod through crictl with the packaged crictl
-//! configuration, `systemctl restart peapod` changing nothing for it (the same shim, pause and
-//! container processes, its log still written, exec still answered), no unit, cgroup or shim
-//! left once it is removed, `dpkg -r` keeping /var/lib/peapod and `dpkg -P` removing it.
+//! configuration and a static pod of a standalone kubelet, `systemctl restart peapod`
+//! changing nothing for them (the same shim, pause and container processes, no restart by the
+//! kubelet, logs still written, exec still answered), no scope or shim left once they are
+//! removed, `dpkg -r` keeping /var/lib/peapod and `dpkg -P` removing it.
 
 use e2e::daemon::bin_dir;
+use e2e::installed::{
+    journal, log_lines, package_status, property, repo, run, said, unit_processes, wait_until,
+    Client, Crictl, Kubelet, Uninstall, ROOT, SOCKET, UNIT,
+};
 use e2e::pods::{busybox, Images};
+use peapod_proto::v1 as cri;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-        .to_path_buf()
-}
-
-/// Runs `program args`; its stdout, or a panic with what it said.
-fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> String {
-    let program = program.as_ref();
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{program:?}: {e}"));
-    assert!(out.status.success(), "{program:?} {args:?}: {}", said(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn said(out: &Output) -> String {
-    format!(
-        "{}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// `scripts/package --bin-dir <the tests' binaries> --out out`: the package's path.
 fn package_into(out: &Path) -> PathBuf {
@@ -239,124 +218,119 @@ fn packaging_without_the_binaries_or_with_a_bad_argument_says_why() {
 
 // --- installed, on a host whose init is systemd (the guest) ---
 
-const UNIT: &str = "peapod.service";
-const ROOT: &str = "/var/lib/peapod";
-const CRICTL_CONFIG: &str = "/usr/share/doc/peapod/examples/crictl.yaml";
-const LOGS: &str = "/var/log/pods/default_pkg-pod_pkg-pod-uid";
+/// The crictl pod's log directory.
+const POD_LOGS: &str = "/var/log/pods/default_pkg-pod_pkg-pod-uid";
+/// The kubelet's static pod (its sandbox is named `<this>-<node>`).
+const STATIC_POD: &str = "pkg-kubelet";
+/// What both pods' containers run: a line a second, to their CRI log.
+const LINES: &str = "i=0; while :; do i=$((i+1)); echo line-$i; sleep 1; done";
+const WAIT: Duration = Duration::from_secs(60);
 
-/// `systemctl show -p PROP --value peapod.service`.
-fn unit_property(prop: &str) -> String {
-    run("systemctl", &["show", "-p", prop, "--value", UNIT])
-        .trim()
-        .to_string()
+fn write_json(path: &Path, value: &serde_json::Value) {
+    std::fs::write(path, serde_json::to_vec_pretty(value).unwrap()).unwrap();
 }
 
-fn journal() -> String {
-    let out = Command::new("journalctl")
-        .args(["-u", UNIT, "--no-pager", "-n", "80"])
-        .output();
-    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
+/// Runs a pod with one container through crictl (pull, runp, create, start): their ids.
+fn crictl_pod(crictl: &Crictl, image: &str, dir: &Path) -> (String, String) {
+    crictl.run(&["pull", image]);
+    let pod_json = dir.join("pod.json");
+    write_json(
+        &pod_json,
+        &serde_json::json!({
+            "metadata": {"name": "pkg-pod", "namespace": "default", "uid": "pkg-pod-uid"},
+            "hostname": "pkg-pod",
+            "log_directory": POD_LOGS,
+            "linux": {}
+        }),
+    );
+    let ctr_json = dir.join("ctr.json");
+    write_json(
+        &ctr_json,
+        &serde_json::json!({
+            "metadata": {"name": "app"},
+            "image": {"image": image},
+            "command": ["sh", "-c", LINES],
+            "log_path": "app/0.log",
+            "linux": {}
+        }),
+    );
+    let pod = crictl.run(&["runp", pod_json.to_str().unwrap()]);
+    let ctr = crictl.run(&[
+        "create",
+        &pod,
+        ctr_json.to_str().unwrap(),
+        pod_json.to_str().unwrap(),
+    ]);
+    crictl.run(&["start", &ctr]);
+    (pod, ctr)
 }
 
-/// The processes in the unit's cgroup (the daemon and, with KillMode=process, the shims).
-fn unit_processes() -> Vec<u32> {
-    let cgroup = unit_property("ControlGroup");
-    std::fs::read_to_string(format!("/sys/fs/cgroup{cgroup}/cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.parse().ok())
-        .collect()
-}
-
-fn package_status() -> String {
-    Command::new("dpkg-query")
-        .args(["-W", "-f", "${Status}", "peapod"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
-}
-
-/// Polls `done` every 200 ms for at most `limit` (scaled), then fails with `what`.
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + e2e::scaled(limit);
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {limit:?}\n{}",
-            journal()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// crictl with the package's example configuration, as an operator would run it.
-struct Crictl {
-    bin: PathBuf,
-    timeout: String,
-}
-
-impl Crictl {
-    /// The crictl `k8s/build.sh` built (shared into the guest read-only).
-    fn find() -> Crictl {
-        let dir = run(repo().join("k8s/build.sh"), &["--print"]);
-        Crictl {
-            bin: PathBuf::from(dir.trim()).join("crictl"),
-            timeout: format!("{}s", e2e::scaled(Duration::from_secs(20)).as_secs()),
+/// The static pod's manifest (JSON, which the kubelet reads as YAML): the image crictl
+/// pulled, so the kubelet pulls nothing.
+fn static_pod(image: &str) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": STATIC_POD, "namespace": "default"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "app",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", LINES]
+            }]
         }
-    }
-
-    fn try_run(&self, args: &[&str]) -> Output {
-        Command::new(&self.bin)
-            .args(["--config", CRICTL_CONFIG, "--timeout", &self.timeout])
-            .args(args)
-            .output()
-            .expect("crictl")
-    }
-
-    fn run(&self, args: &[&str]) -> String {
-        let out = self.try_run(args);
-        assert!(
-            out.status.success(),
-            "crictl {args:?}: {}\n{}",
-            said(&out),
-            journal()
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    fn json(&self, args: &[&str]) -> serde_json::Value {
-        let text = self.run(args);
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("crictl {args:?}: {e}: {text}"))
-    }
-
-    fn pid(&self, verb: &str, id: &str) -> u32 {
-        let v = self.json(&[verb, id]);
-        v["info"]["pid"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no pid in crictl {verb}: {v}")) as u32
-    }
+    }))
+    .unwrap()
 }
 
-/// Whatever the test ends with, the guest is left without the package, its data, the pod's
-/// logs and the built-in network's bridge, for the tests that run after it.
-struct Uninstall<'a>(&'a Crictl);
-
-impl Drop for Uninstall<'_> {
-    fn drop(&mut self) {
-        // (Nothing here may panic: it runs while a failed assertion unwinds.)
-        if package_status() == "install ok installed" {
-            let _ = self.0.try_run(&["rmp", "-fa"]);
-        }
-        let _ = Command::new("dpkg").args(["-P", "peapod"]).output();
-        let _ = Command::new("ip").args(["link", "del", "peapod0"]).output();
-        let _ = std::fs::remove_dir_all(LOGS);
-        let _ = std::fs::remove_dir_all(ROOT);
+/// `systemctl restart peapod` with `pods` (pod and container ids) running: the daemon is a
+/// new process; the shims, pauses and containers are the ones they were (same pids, same
+/// attempt, still running). Returns a client of the new daemon.
+fn restart_changes_nothing_for(mut client: Client, pods: &[(&str, &str)]) -> Client {
+    let before: Vec<_> = pods
+        .iter()
+        .map(|(p, c)| (client.pod(p), client.container(c)))
+        .collect();
+    let daemon = property(UNIT, "MainPID");
+    let shims: Vec<u32> = unit_processes()
+        .into_iter()
+        .filter(|p| p.to_string() != daemon)
+        .collect();
+    assert_eq!(
+        shims.len(),
+        pods.len(),
+        "a shim per pod in the unit's cgroup"
+    );
+    // Not connected across the restart: a connection nobody polls never answers the old
+    // daemon's GOAWAY, which would hold its stop for the whole shutdown grace.
+    drop(client);
+    run("systemctl", &["restart", UNIT]);
+    assert_eq!(property(UNIT, "ActiveState"), "active", "{}", journal());
+    assert_ne!(
+        property(UNIT, "MainPID"),
+        daemon,
+        "the daemon did not restart"
+    );
+    let after = unit_processes();
+    for shim in &shims {
+        assert!(after.contains(shim), "shim {shim} gone: {after:?}");
     }
+    let mut client = Client::connect();
+    for ((p, c), (pod_seen, ctr_seen)) in pods.iter().zip(before) {
+        assert_eq!(client.pod(p), pod_seen, "pod {p}");
+        assert_eq!(client.container(c), ctr_seen, "container {c}");
+    }
+    client
 }
 
-fn write_json(path: &Path, value: serde_json::Value) {
-    std::fs::write(path, serde_json::to_vec_pretty(&value).unwrap()).unwrap();
+/// Waits for `lines` more lines in a CRI log file: the shim still writes it.
+fn log_grows(path: &str, lines: usize) {
+    let seen = log_lines(path);
+    wait_until(WAIT, "more lines in the container's log", || {
+        log_lines(path) >= seen + lines
+    });
 }
 
 #[test]
@@ -374,37 +348,50 @@ fn installed_by_dpkg_run_by_systemd_pods_outlive_a_restart_and_purge_removes_the
     );
     assert_eq!(package_status(), "", "peapod is installed here already");
     assert!(!Path::new(ROOT).exists(), "{ROOT} exists already");
-    let deb = match std::env::var("PEAPOD_E2E_DEB") {
-        Ok(path) => PathBuf::from(path),
-        Err(_) => panic!("PEAPOD_E2E_DEB: the package to install (scripts/vm test makes it)"),
-    };
+    let deb = PathBuf::from(
+        std::env::var("PEAPOD_E2E_DEB")
+            .expect("PEAPOD_E2E_DEB: the package to install (scripts/vm test makes it)"),
+    );
     assert!(deb.is_file(), "{}", deb.display());
     let crictl = Crictl::find();
     let images = Images::start();
     let image = images.push("busybox:pkg", &busybox());
     let tmp = tempfile::tempdir().unwrap();
-    let _uninstall = Uninstall(&crictl);
+    let _uninstall = Uninstall {
+        crictl: &crictl,
+        logs: vec![POD_LOGS.into()],
+        kubelet_pods: STATIC_POD,
+    };
     let started = Instant::now();
+    // Each phase's time, printed as it ends (the guest's share of CI is kept small).
+    let mut lap = {
+        let mut last = Instant::now();
+        move |what: &str| {
+            eprintln!("package: {what}: {:.1} s", last.elapsed().as_secs_f64());
+            last = Instant::now();
+        }
+    };
 
     // Installed: systemd knows the unit, which is neither enabled nor started.
     run("dpkg", &["-i", deb.to_str().unwrap()]);
     assert_eq!(package_status(), "install ok installed");
-    assert_eq!(unit_property("LoadState"), "loaded");
-    assert_eq!(unit_property("UnitFileState"), "disabled");
-    assert_eq!(unit_property("ActiveState"), "inactive");
+    assert_eq!(property(UNIT, "LoadState"), "loaded");
+    assert_eq!(property(UNIT, "UnitFileState"), "disabled");
+    assert_eq!(property(UNIT, "ActiveState"), "inactive");
     for (prop, value) in [
         ("Type", "notify"),
         ("KillMode", "process"),
         ("Delegate", "yes"),
         ("Restart", "on-failure"),
     ] {
-        assert_eq!(unit_property(prop), value, "{prop}");
+        assert_eq!(property(UNIT, prop), value, "{prop}");
     }
+    lap("dpkg -i");
 
     // Started: with Type=notify, `systemctl start` returns once the socket answers.
     run("systemctl", &["enable", "--now", UNIT]);
-    assert_eq!(unit_property("ActiveState"), "active", "{}", journal());
-    assert!(Path::new("/run/peapod/peapod.sock").exists());
+    assert_eq!(property(UNIT, "ActiveState"), "active", "{}", journal());
+    assert!(Path::new(SOCKET).exists());
     // RuntimeReady and NetworkReady (the built-in network: the guest has no CNI config).
     let info = crictl.json(&["info"]);
     let conditions = info["status"]["conditions"].as_array().expect("conditions");
@@ -415,101 +402,66 @@ fn installed_by_dpkg_run_by_systemd_pods_outlive_a_restart_and_purge_removes_the
     // The packaged configuration leaves the cgroup driver to the host: systemd here.
     let config = run("/usr/bin/peapod", &["config", "show"]);
     assert!(config.contains("driver = \"systemd\""), "{config}");
+    lap("systemctl enable --now, crictl info");
 
-    // A pod through crictl: pull, runp, create, start.
-    crictl.run(&["pull", &image]);
-    let pod_json = tmp.path().join("pod.json");
-    write_json(
-        &pod_json,
-        serde_json::json!({
-            "metadata": {"name": "pkg-pod", "namespace": "default", "uid": "pkg-pod-uid"},
-            "hostname": "pkg-pod",
-            "log_directory": LOGS,
-            "linux": {}
-        }),
+    // A pod through crictl, across a restart.
+    let (pod, ctr) = crictl_pod(&crictl, &image, tmp.path());
+    let mut client = Client::connect();
+    let app = client.container(&ctr);
+    assert_eq!(app.state, cri::ContainerState::ContainerRunning as i32);
+    assert_eq!(
+        client.pod(&pod).0,
+        cri::PodSandboxState::SandboxReady as i32
     );
-    let ctr_json = tmp.path().join("ctr.json");
-    write_json(
-        &ctr_json,
-        serde_json::json!({
-            "metadata": {"name": "app"},
-            "image": {"image": image},
-            "command": ["sh", "-c", "i=0; while :; do i=$((i+1)); echo line-$i; sleep 1; done"],
-            "log_path": "app/0.log",
-            "linux": {}
-        }),
-    );
-    let pod = crictl.run(&["runp", pod_json.to_str().unwrap()]);
-    let ctr = crictl.run(&[
-        "create",
-        &pod,
-        ctr_json.to_str().unwrap(),
-        pod_json.to_str().unwrap(),
-    ]);
-    crictl.run(&["start", &ctr]);
-    let app_pid = crictl.pid("inspect", &ctr);
-    let pause_pid = crictl.pid("inspectp", &pod);
-    let log_lines = || {
-        std::fs::read_to_string(format!("{LOGS}/app/0.log"))
-            .unwrap_or_default()
-            .lines()
-            .count()
-    };
-    wait_until(Duration::from_secs(30), "the container logs", || {
-        log_lines() >= 2
+    wait_until(WAIT, "the crictl pod's log", || {
+        log_lines(&app.log_path) >= 2
     });
     assert_eq!(
         crictl.run(&["exec", "-s", &ctr, "echo", "synced"]),
         "synced"
     );
-
-    // What the restart must leave alone: the shims (in the unit's cgroup beside the
-    // daemon), the pause and the container.
-    let daemon = unit_property("MainPID");
-    let shims: Vec<u32> = unit_processes()
-        .into_iter()
-        .filter(|p| p.to_string() != daemon)
-        .collect();
-    assert!(!shims.is_empty(), "no shim in the unit's cgroup");
-    run("systemctl", &["restart", UNIT]);
-    assert_eq!(unit_property("ActiveState"), "active", "{}", journal());
-    assert_ne!(
-        unit_property("MainPID"),
-        daemon,
-        "the daemon did not restart"
-    );
-    let after = unit_processes();
-    for shim in &shims {
-        assert!(after.contains(shim), "shim {shim} gone: {after:?}");
-    }
-    assert_eq!(crictl.pid("inspect", &ctr), app_pid);
-    assert_eq!(crictl.pid("inspectp", &pod), pause_pid);
-    let status = crictl.json(&["inspect", &ctr]);
-    assert_eq!(status["status"]["state"], "CONTAINER_RUNNING", "{status}");
-    let pod_status = crictl.json(&["inspectp", &pod]);
-    assert_eq!(
-        pod_status["status"]["state"], "SANDBOX_READY",
-        "{pod_status}"
-    );
-    // The new daemon answers for the pod: exec through its streaming server and ExecSync,
-    // and the shim still writes the container's log, which crictl reads.
+    lap("crictl pull, runp, create, start, exec");
+    let client = restart_changes_nothing_for(client, &[(&pod, &ctr)]);
+    lap("systemctl restart");
+    // The new daemon answers for the pod: exec through its streaming server, and the shim
+    // still writes the container's log, which crictl reads.
     assert_eq!(crictl.run(&["exec", &ctr, "echo", "streamed"]), "streamed");
+    log_grows(&app.log_path, 2);
+    assert!(crictl.run(&["logs", &ctr]).contains("line-1"));
+    // Removed before the kubelet starts: it kills the pods it did not make.
+    crictl.run(&["rmp", "--force", &pod]);
+    lap("the crictl pod checked after the restart, removed");
+
+    // A kubelet's static pod, across a restart with the kubelet polling throughout.
+    let kubelet = Kubelet::start(&tmp.path().join("kubelet"), &static_pod(&image));
+    let mut client = client;
+    let mut found = None;
+    wait_until(WAIT * 2, "the kubelet's static pod to run", || {
+        found = client.ready_pod(STATIC_POD).filter(|(_, c)| c.len() == 1);
+        found.is_some()
+    });
+    let (kpod, kctr) = found.map(|(p, c)| (p, c[0].clone())).unwrap();
+    let kapp = client.container(&kctr);
+    lap("kubelet started, its static pod running");
+    let mut client = restart_changes_nothing_for(client, &[(&kpod, &kctr)]);
+    lap("systemctl restart under the kubelet");
     assert_eq!(
-        crictl.run(&["exec", "-s", &ctr, "echo", "synced"]),
+        crictl.run(&["exec", "-s", &kctr, "echo", "synced"]),
         "synced"
     );
-    let seen = log_lines();
-    wait_until(
-        Duration::from_secs(30),
-        "more log after the restart",
-        || log_lines() >= seen + 2,
-    );
-    assert!(crictl.run(&["logs", &ctr]).contains("line-1"));
-    assert_eq!(unit_property("NRestarts"), "0");
+    log_grows(&kapp.log_path, 2);
+    // The kubelet found nothing to act on: its container is the same one, not restarted,
+    // not replaced, and the daemon restarted once, by us.
+    assert_eq!(client.container(&kctr), kapp);
+    assert_eq!(client.ready_pod(STATIC_POD), Some((kpod, vec![kctr])));
+    assert_eq!(property(UNIT, "NRestarts"), "0");
+    lap("the kubelet's pod checked after the restart");
 
-    // Removed: no scope, no shim, no pod left; the daemon alone in its cgroup.
-    crictl.run(&["stopp", &pod]);
-    crictl.run(&["rmp", &pod]);
+    // Removed (the kubelet first, or it would run its static pod again): no pod, scope or
+    // shim left; the daemon alone in its cgroup.
+    drop(client);
+    drop(kubelet);
+    crictl.run(&["rmp", "--force", "--all"]);
     assert_eq!(crictl.run(&["pods", "-q"]), "");
     let scopes = || {
         run(
@@ -523,27 +475,28 @@ fn installed_by_dpkg_run_by_systemd_pods_outlive_a_restart_and_purge_removes_the
             ],
         )
     };
-    wait_until(Duration::from_secs(60), "the pod's scopes to go", || {
+    wait_until(WAIT, "the pods' scopes to go", || {
         scopes().trim().is_empty()
     });
-    let daemon = unit_property("MainPID");
-    wait_until(Duration::from_secs(60), "the shim to exit", || {
+    let daemon = property(UNIT, "MainPID");
+    wait_until(WAIT, "the shims to exit", || {
         unit_processes()
             .iter()
             .map(u32::to_string)
             .collect::<Vec<_>>()
             == [daemon.clone()]
     });
-    for pid in [app_pid, pause_pid].iter().chain(&shims) {
+    for pid in [app.pid, kapp.pid] {
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "{pid} runs");
     }
+    lap("kubelet stopped, rmp -fa, nothing left");
 
     // dpkg -r: the daemon stopped and its unit gone, the pods' data and the configuration
     // kept.
-    let cgroup = format!("/sys/fs/cgroup{}", unit_property("ControlGroup"));
+    let cgroup = format!("/sys/fs/cgroup{}", property(UNIT, "ControlGroup"));
     run("dpkg", &["-r", "peapod"]);
     assert_eq!(package_status(), "deinstall ok config-files");
-    assert_eq!(unit_property("LoadState"), "not-found");
+    assert_eq!(property(UNIT, "LoadState"), "not-found");
     assert!(!Path::new("/usr/bin/peapod").exists());
     assert!(!Path::new(&cgroup).exists(), "{cgroup} is left");
     assert!(Path::new("/etc/peapod/config.toml").exists());
@@ -556,6 +509,7 @@ fn installed_by_dpkg_run_by_systemd_pods_outlive_a_restart_and_purge_removes_the
         "{} is empty or gone",
         images_dir.display()
     );
+    lap("dpkg -r");
 
     // dpkg -P: the data, the configuration and the enablement gone too.
     run("dpkg", &["-P", "peapod"]);
@@ -568,8 +522,9 @@ fn installed_by_dpkg_run_by_systemd_pods_outlive_a_restart_and_purge_removes_the
     ] {
         assert!(!Path::new(gone).exists(), "{gone} is left");
     }
+    lap("dpkg -P");
     eprintln!(
-        "package: installed, a pod across a restart, removed and purged in {:.1} s",
+        "package: installed, pods across two restarts, removed and purged in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
