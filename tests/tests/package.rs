@@ -3,10 +3,11 @@
 //! configuration as a conffile, the crictl example, the maintainer scripts. On a host whose
 //! init is systemd (the Debian guest: `scripts/vm test`, which packages target/debug before it
 //! boots; `#[ignore]`d here, and failing, not skipping, elsewhere), installed by dpkg and run
-//! by systemd: `systemctl enable --now peapod`, a pod through crictl with the packaged crictl
-//! configuration and a static pod of a standalone kubelet, `systemctl restart peapod`
-//! changing nothing for them (the same shim, pause and container processes, no restart by the
-//! kubelet, logs still written, exec still answered), no scope or shim left once they are
+//! by systemd: `systemctl enable --now peapod`; a pod through crictl with the packaged crictl
+//! configuration across `systemctl restart peapod`, then a static pod of a standalone kubelet
+//! across an upgrade by dpkg (the same package again: the postinst restarts the daemon), each
+//! changing nothing for the pod (the same shim, pause and container processes, no restart by
+//! the kubelet, logs still written, exec still answered); no scope or shim left once they are
 //! removed, `dpkg -r` keeping /var/lib/peapod and `dpkg -P` removing it.
 
 use e2e::daemon::bin_dir;
@@ -285,10 +286,15 @@ fn static_pod(image: &str) -> String {
     .unwrap()
 }
 
-/// `systemctl restart peapod` with `pods` (pod and container ids) running: the daemon is a
-/// new process; the shims, pauses and containers are the ones they were (same pids, same
-/// attempt, still running). Returns a client of the new daemon.
-fn restart_changes_nothing_for(mut client: Client, pods: &[(&str, &str)]) -> Client {
+/// `restart` (`systemctl restart peapod`, or an upgrade through dpkg) with `pods` (pod and
+/// container ids) running: the daemon is a new process; the shims, pauses and containers are
+/// the ones they were (same pids, same attempt, still running). Returns a client of the new
+/// daemon.
+fn restart_changes_nothing_for(
+    mut client: Client,
+    pods: &[(&str, &str)],
+    restart: impl FnOnce(),
+) -> Client {
     let before: Vec<_> = pods
         .iter()
         .map(|(p, c)| (client.pod(p), client.container(c)))
@@ -306,7 +312,7 @@ fn restart_changes_nothing_for(mut client: Client, pods: &[(&str, &str)]) -> Cli
     // Not connected across the restart: a connection nobody polls never answers the old
     // daemon's GOAWAY, which would hold its stop for the whole shutdown grace.
     drop(client);
-    run("systemctl", &["restart", UNIT]);
+    restart();
     assert_eq!(property(UNIT, "ActiveState"), "active", "{}", journal());
     assert_ne!(
         property(UNIT, "MainPID"),
@@ -421,7 +427,9 @@ fn installed_by_dpkg_run_by_systemd_pods_outlive_a_restart_and_purge_removes_the
         "synced"
     );
     lap("crictl pull, runp, create, start, exec");
-    let client = restart_changes_nothing_for(client, &[(&pod, &ctr)]);
+    let client = restart_changes_nothing_for(client, &[(&pod, &ctr)], || {
+        run("systemctl", &["restart", UNIT]);
+    });
     lap("systemctl restart");
     // The new daemon answers for the pod: exec through its streaming server, and the shim
     // still writes the container's log, which crictl reads.
@@ -432,7 +440,9 @@ fn installed_by_dpkg_run_by_systemd_pods_outlive_a_restart_and_purge_removes_the
     crictl.run(&["rmp", "--force", &pod]);
     lap("the crictl pod checked after the restart, removed");
 
-    // A kubelet's static pod, across a restart with the kubelet polling throughout.
+    // A kubelet's static pod, across an upgrade (the same package again: the prerm leaves
+    // the daemon running, the postinst restarts it on the new binaries) with the kubelet
+    // polling throughout.
     let kubelet = Kubelet::start(&tmp.path().join("kubelet"), &static_pod(&image));
     let mut client = client;
     let mut found = None;
@@ -443,19 +453,23 @@ fn installed_by_dpkg_run_by_systemd_pods_outlive_a_restart_and_purge_removes_the
     let (kpod, kctr) = found.map(|(p, c)| (p, c[0].clone())).unwrap();
     let kapp = client.container(&kctr);
     lap("kubelet started, its static pod running");
-    let mut client = restart_changes_nothing_for(client, &[(&kpod, &kctr)]);
-    lap("systemctl restart under the kubelet");
+    let mut client = restart_changes_nothing_for(client, &[(&kpod, &kctr)], || {
+        run("dpkg", &["-i", deb.to_str().unwrap()]);
+    });
+    assert_eq!(package_status(), "install ok installed");
+    assert_eq!(property(UNIT, "UnitFileState"), "enabled");
+    lap("upgrade (dpkg -i again) under the kubelet");
     assert_eq!(
         crictl.run(&["exec", "-s", &kctr, "echo", "synced"]),
         "synced"
     );
     log_grows(&kapp.log_path, 2);
     // The kubelet found nothing to act on: its container is the same one, not restarted,
-    // not replaced, and the daemon restarted once, by us.
+    // not replaced; and the daemon never restarted by itself.
     assert_eq!(client.container(&kctr), kapp);
     assert_eq!(client.ready_pod(STATIC_POD), Some((kpod, vec![kctr])));
     assert_eq!(property(UNIT, "NRestarts"), "0");
-    lap("the kubelet's pod checked after the restart");
+    lap("the kubelet's pod checked after the upgrade");
 
     // Removed (the kubelet first, or it would run its static pod again): no pod, scope or
     // shim left; the daemon alone in its cgroup.
