@@ -17,7 +17,7 @@ mod serve;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use peapod_daemon::config::default_toml;
+use peapod_daemon::config::{default_toml, portable_toml};
 use serve::ServeArgs;
 use std::path::PathBuf;
 
@@ -95,7 +95,13 @@ impl Command {
 #[derive(Subcommand)]
 enum ConfigCommand {
     /// Print the full default configuration, with a comment per key.
-    Default,
+    Default {
+        /// Leave the cgroup driver unset (commented out), so that the daemon picks this
+        /// host's where it runs: for a file made here and installed elsewhere (the Debian
+        /// package's /etc/peapod/config.toml).
+        #[arg(long)]
+        portable: bool,
+    },
     /// Print the configuration the daemon would use (file and flags merged).
     Show(ServeArgs),
 }
@@ -120,9 +126,16 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Config {
-            command: ConfigCommand::Default,
+            command: ConfigCommand::Default { portable },
         } => {
-            print!("{}", default_toml());
+            print!(
+                "{}",
+                if portable {
+                    portable_toml()
+                } else {
+                    default_toml()
+                }
+            );
             Ok(())
         }
         Command::Config {

@@ -1,6 +1,7 @@
 //! The daemon's configuration: one TOML file (default /etc/peapod/config.toml), every key
 //! optional, command-line flags override it. `peapod config default` prints [`default_toml`]:
-//! [`DEFAULT_TOML`] with this host's cgroup driver.
+//! [`DEFAULT_TOML`] with this host's cgroup driver; `--portable` prints [`portable_toml`],
+//! which leaves the driver to the host the file is read on (the Debian package's conffile).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -574,6 +575,18 @@ pub fn default_toml() -> String {
     )
 }
 
+/// The default configuration for a file made on one host and read on others (the Debian
+/// package's /etc/peapod/config.toml, built on a machine without systemd): the cgroup driver,
+/// whose default depends on the host, is commented out, so that the daemon picks it where it
+/// runs.
+pub fn portable_toml() -> String {
+    DEFAULT_TOML.replacen(
+        "\ndriver = \"cgroupfs\"\n",
+        "\n# driver = \"systemd\"   # unset: the default above, decided where the daemon runs\n",
+        1,
+    )
+}
+
 impl CgroupDriver {
     /// systemd where it is the init system (it owns the cgroup tree there), else cgroupfs.
     pub fn host_default() -> CgroupDriver {
@@ -878,6 +891,14 @@ mod tests {
             "\ndriver = \"{}\"\n",
             CgroupDriver::host_default().as_str()
         )));
+    }
+
+    #[test]
+    fn the_portable_default_leaves_the_driver_to_the_host() {
+        let text = portable_toml();
+        assert_ne!(text, DEFAULT_TOML, "the driver line was not found");
+        assert!(!text.lines().any(|l| l.starts_with("driver")), "{text}");
+        assert_eq!(Config::parse(&text).unwrap(), Config::default());
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod fault_registry;
 pub mod fixtures;
 pub mod host;
+pub mod installed;
 pub mod jaeger;
 pub mod kube;
 pub mod pods;

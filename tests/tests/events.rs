@@ -109,3 +109,28 @@ async fn sigterm_finishes_while_event_streams_are_open() {
     }
     assert!(!d.socket.exists(), "the daemon removes its socket on exit");
 }
+
+/// SIGTERM while a client holds a connection it no longer drives (a process stopped or
+/// stuck, or whose runtime is not polled): HTTP/2's graceful shutdown sends GOAWAY with a
+/// PING and waits for the answer, which never comes. Found under systemd with a test client
+/// idle across `systemctl restart peapod`: the stop waited out systemd's 90 s timeout and
+/// ended in SIGKILL. The daemon bounds that wait and exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_while_a_client_stops_answering() {
+    use std::io::{Read, Write};
+    let mut d = TestDaemon::start("silent-client").await;
+    let mut conn = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+    // HTTP/2's preface and an empty SETTINGS frame, then nothing: no frame acknowledged.
+    conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .unwrap();
+    // The server's own SETTINGS: the connection is being served.
+    let mut head = [0u8; 9];
+    conn.read_exact(&mut head).unwrap();
+    assert_eq!(head[3], 4, "not a SETTINGS frame: {head:?}");
+    let started = std::time::Instant::now();
+    let status = tokio::task::block_in_place(|| d.terminate(Duration::from_secs(30)))
+        .unwrap_or_else(|| panic!("the daemon ignored SIGTERM for 30 s\n{}", d.log()));
+    assert!(status.success(), "exit status {status:?}\n{}", d.log());
+    eprintln!("exited {:?} after SIGTERM", started.elapsed());
+    assert!(!d.socket.exists(), "the daemon removes its socket on exit");
+}

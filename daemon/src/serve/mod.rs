@@ -1,10 +1,12 @@
 //! Running the daemon: the process set-up `peapod serve` does (umask, async runtime, logging),
 //! the daemon assembled and recovered (`crate::daemon`), the CRI socket bound (never wider
 //! than 0660), `/metrics` and the pod supervisor started, then `crate::server` serving until
-//! SIGTERM or SIGINT; NRI closes last. The test daemon (`peapod-failpoints`) runs the same
-//! [`run`] after arming its crash points.
+//! SIGTERM or SIGINT; NRI closes last; systemd is told when the socket is ready and when the
+//! daemon stops (`sd_notify`, for `Type=notify`). The test daemon (`peapod-failpoints`) runs
+//! the same [`run`] after arming its crash points.
 
 mod metrics_state;
+mod sd_notify;
 
 use crate::config::Config;
 use crate::daemon::Daemon;
@@ -15,9 +17,19 @@ use peapod_proto::v1::runtime_service_server::RuntimeServiceServer;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long after SIGTERM the calls in flight have to finish before their connections are
+/// dropped. HTTP/2's graceful shutdown also waits for each client to answer the PING sent with
+/// the GOAWAY, which a client that is stopped, stuck or not polling its connection never does:
+/// unbounded, one such client held the daemon until systemd's stop timeout and SIGKILL. A call
+/// cut here is one the daemon may lose at any moment anyway (recovery at start settles it).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the daemon with `cfg` until a signal; pods keep running after it returns.
 pub fn run(cfg: Config) -> anyhow::Result<()> {
+    // While the process has one thread: it changes the environment.
+    sd_notify::take_from_env();
     // Before the runtime's threads: their arenas would hold the daemon's freed memory apart.
     peapod_host::heap::use_one_arena();
     // Before any file is made: everything the daemon creates (records, bundles, layers, upper
@@ -101,6 +113,7 @@ async fn serve_until_signal(cfg: Config) -> anyhow::Result<()> {
         }
         // Pods keep running: their shims are not the daemon's children.
         tracing::info!("signal received; stopping the CRI server, leaving pods running");
+        sd_notify::notify("STOPPING=1");
     };
     let served = serve(rt.clone(), &socket, shutdown).await;
     rt.nri.shutdown().await;
@@ -150,18 +163,29 @@ async fn serve(
     }
     let listener = bind_socket(socket)?;
     tracing::info!(socket = %socket.display(), "serving CRI");
+    // Connections made from now on wait in the listen backlog until the server below takes
+    // them: the daemon is ready for clients.
+    sd_notify::notify("READY=1");
     // The pod supervisor (`peapod apply`) is a CRI client of this very socket.
     let pod_cri = std::sync::Arc::new(peapod_kubelet::cri::TonicCri::new(socket));
     let pods = peapod_kubelet::manager::Manager::start(pod_cri, pod_settings);
     let cri = CriService::new(rt, metrics.clone());
     let streams = cri.clone();
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         shutdown.await;
         streams.end_streams();
+        let _ = stopping.send(());
+    };
+    let grace_over = async move {
+        match stopped.await {
+            Ok(()) => tokio::time::sleep(SHUTDOWN_GRACE).await,
+            Err(_) => std::future::pending().await,
+        }
     };
     // Any gRPC client: grpcio, grpc-java and grpcurl send the socket path as :authority.
     let incoming = peapod_uds::incoming(listener);
-    tonic::transport::Server::builder()
+    let server = tonic::transport::Server::builder()
         .layer(peapod_metrics::GrpcMetricsLayer::new(metrics))
         // Calls past the client's deadline end DEADLINE_EXCEEDED, not tonic's CANCELLED;
         // inside the metrics layer, so that they are counted with that code.
@@ -169,9 +193,16 @@ async fn serve(
         .add_service(RuntimeServiceServer::new(cri.clone()))
         .add_service(ImageServiceServer::new(cri))
         .add_service(peapod_kubelet::service::PodsService::new(pods).into_server())
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .context("CRI server")?;
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    tokio::select! {
+        served = server => served.context("CRI server")?,
+        // The connections still open are dropped with the server (and their tasks with the
+        // async runtime, as `run` ends).
+        () = grace_over => tracing::warn!(
+            grace_s = SHUTDOWN_GRACE.as_secs(),
+            "calls or clients still open after the grace period; closing their connections"
+        ),
+    }
     if let Some(task) = metrics_task {
         task.abort();
     }
