@@ -81,14 +81,15 @@ fn mkdir(path: &Path, mode: u32) -> Result<()> {
 /// container's mounted root filesystem) are made under the daemon's umask (0o077), so 0700.
 fn prepare_dirs(config: &Config) -> Result<()> {
     // Before anything is made or read: a newer release's directories are refused unchanged.
-    let dirs = [(&config.root, "root"), (&config.state, "state")];
-    for (dir, what) in dirs {
-        crate::format::check(dir, what)?;
-    }
+    let root_format = crate::format::check(&config.root, "root")?;
+    let state_format = crate::format::check(&config.state, "state")?;
     mkdir(&config.root, 0o711)?;
     mkdir(&config.state, 0o711)?;
-    for (dir, _) in dirs {
-        crate::format::record(dir)?;
+    // Stamped where new or older; a stamp already ours is not written (and synced) again.
+    for (dir, found) in [(&config.root, root_format), (&config.state, state_format)] {
+        if found != Some(crate::format::FORMAT) {
+            crate::format::record(dir)?;
+        }
     }
     for dir in ["sandboxes", "containers", "image"] {
         mkdir(&config.root.join(dir), 0o700)?;
