@@ -137,11 +137,12 @@ address = ""
 
 # NRI (Node Resource Interface): external plugins (CPU/memory/device managers, policy
 # agents) connect to this socket, are told of every pod and container event and may adjust a
-# container before it is created. Off by default: peapod then opens no socket and pays nothing
-# per call, and it does not collide with a containerd on the same host (containerd 2.x opens
-# the same default socket).
+# container before it is created. On by default, as in containerd 2.x and CRI-O, at the path
+# plugins look for. When another runtime already serves that socket (a containerd 2.x on the
+# same host), peapod runs without NRI and logs a warning: give it a socket_path of its own.
+# Off: no socket, nothing paid per call.
 [nri]
-enabled = false
+enabled = true
 socket_path = "/var/run/nri/nri.sock"
 # How long a connected plugin has to register and synchronise, and to answer any one event
 # (a plugin that does not answer in time is disconnected; the call goes on without it).
@@ -414,7 +415,7 @@ pub struct NriConfig {
 impl Default for NriConfig {
     fn default() -> Self {
         NriConfig {
-            enabled: false,
+            enabled: true,
             socket_path: "/var/run/nri/nri.sock".into(),
             plugin_registration_timeout_ms: 5000,
             plugin_request_timeout_ms: 2000,

@@ -67,6 +67,13 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The socket is another live runtime's (a containerd with NRI on, a second peapod).
+    pub fn is_in_use(&self) -> bool {
+        matches!(self, Error::Socket { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse)
+    }
+}
+
 /// Applies container updates a plugin asks for (UpdateContainers, or the updates that come
 /// with Synchronize, CreateContainer, UpdateContainer and StopContainer answers).
 #[async_trait::async_trait]

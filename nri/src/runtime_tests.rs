@@ -331,6 +331,7 @@ async fn a_socket_in_use_is_refused_and_a_stale_one_replaced() {
     let err = Runtime::start(s.clone())
         .err()
         .expect("the socket is in use");
+    assert!(err.is_in_use(), "{err:?}");
     assert!(
         err.to_string()
             .contains("another runtime is serving NRI on it"),

@@ -134,7 +134,7 @@ impl TestDaemon {
         bin_dirs.extend(SYSTEM_CNI_DIRS.iter().map(|s| s.to_string()));
         // Applied pods' cgroups go under this daemon's parent too (so the sweep on drop finds
         // them), unless the test brings its own [pods] table.
-        let extra = if opts.extra_config.contains("[pods]") {
+        let mut extra = if opts.extra_config.contains("[pods]") {
             opts.extra_config.clone()
         } else {
             format!(
@@ -142,6 +142,11 @@ impl TestDaemon {
                 opts.extra_config
             )
         };
+        // NRI is on by default; each daemon serves it on a socket of its own (the default
+        // path is one per host), unless the test brings its own [nri] table.
+        if !extra.contains("[nri]") {
+            extra.push_str("\n[nri]\nsocket_path = \"{dir}/nri.sock\"\n");
+        }
         let config = format!(
             "root = \"{root}\"\nstate = \"{state}\"\nsocket = \"{state}/peapod.sock\"\nlog_level = \"debug\"\n\
              [cgroup]\ndefault_parent = \"{cgroup_parent}\"\n{driver}\

@@ -5,7 +5,10 @@
 //! sees only the trait, so its unit tests use a fake that records the events and can refuse
 //! (`crate::testing::fakes::FakeNri`).
 //!
-//! Disabled (the default), every hook returns at once: no socket, no task, no allocation.
+//! On by default, as in containerd 2.x and CRI-O, at the socket plugins look for
+//! (/var/run/nri/nri.sock); with no plugin connected a hook costs a lock and an empty loop.
+//! Disabled, or when another runtime already serves that socket, every hook returns at once:
+//! no socket, no task, no allocation.
 
 mod apply;
 pub mod convert;
@@ -108,8 +111,18 @@ impl NriRuntime {
             registration_timeout: Duration::from_millis(config.plugin_registration_timeout_ms),
             request_timeout: Duration::from_millis(config.plugin_request_timeout_ms),
         };
-        let runtime = peapod_nri::Runtime::start(settings)
-            .map_err(|e| Error::internal(format!("start NRI: {e}")))?;
+        let runtime = match peapod_nri::Runtime::start(settings) {
+            Ok(rt) => rt,
+            // Another runtime serves NRI there (containerd 2.x has it on by default, at the
+            // same path): its plugins are its own, so peapod neither steals the socket nor
+            // refuses to start over it; it runs without NRI and says so.
+            Err(e) if e.is_in_use() => {
+                tracing::warn!(error = %e, "NRI disabled: another runtime serves its socket \
+                    (set [nri] socket_path to a path of peapod's own)");
+                return Ok(NriRuntime::disabled());
+            }
+            Err(e) => return Err(Error::internal(format!("start NRI: {e}"))),
+        };
         Ok(Arc::new(NriRuntime {
             runtime: Some(runtime),
         }))
@@ -245,5 +258,40 @@ impl Nri for NriRuntime {
 
     async fn remove_container(&self, id: &str) {
         self.tell(|rt| rt.remove_container(id)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path) -> NriConfig {
+        NriConfig {
+            socket_path: dir.join("nri.sock"),
+            ..NriConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_socket_another_runtime_serves_leaves_nri_off_and_the_daemon_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = NriRuntime::start(&config(dir.path())).expect("NRI on");
+        assert!(first.runtime.is_some());
+        let second = NriRuntime::start(&config(dir.path())).expect("not an error");
+        assert!(second.runtime.is_none(), "the socket is not taken over");
+        first.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_socket_that_cannot_be_made_fails_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let err = NriRuntime::start(&NriConfig {
+            socket_path: dir.path().join("file/nri.sock"),
+            ..NriConfig::default()
+        })
+        .err()
+        .expect("a parent that is a file");
+        assert!(err.to_string().contains("start NRI"), "{err}");
     }
 }
