@@ -1,7 +1,8 @@
 //! NRI with a real external plugin process (`nri-test-plugin`) on the daemon's NRI socket:
 //! its adjustments reach the container, its refusal fails CreateContainer leaving nothing,
 //! it is synchronised with what exists when it connects and hears every event in order
-//! (including the exit of a container nobody stopped), and with NRI off there is no socket.
+//! (including the exit of a container nobody stopped); NRI is on by default, a socket another
+//! runtime serves leaves it off without failing the start, and with NRI off there is no socket.
 
 use e2e::daemon::{bin_dir, DaemonOptions};
 use e2e::pods::{busybox, sh, Images, Pod};
@@ -336,11 +337,47 @@ async fn after_a_restart_plugins_are_synchronised_with_what_the_daemon_had() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nri_off_opens_no_socket() {
+async fn on_by_default_a_taken_socket_leaves_it_off_and_off_opens_no_socket() {
+    // The default configuration serves NRI (each test daemon at a socket of its own).
+    let mut on = TestDaemon::start("nri-default").await;
+    let socket = on.dir.join("nri.sock");
+    assert!(
+        std::fs::symlink_metadata(&socket)
+            .map(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+            .unwrap_or(false),
+        "{} is the default daemon's NRI socket",
+        socket.display()
+    );
+    let _plugin = start_plugin(&on, "default", &[]);
+
+    // A second daemon told to serve the same socket starts without NRI and says why; the
+    // first keeps its socket and its plugin.
+    let mut second = TestDaemon::start_with(
+        "nri-taken",
+        DaemonOptions {
+            extra_config: format!("[nri]\nsocket_path = \"{}\"\n", socket.display()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let pod = second.run_pod("taken-pod").await;
+    assert!(
+        second
+            .log()
+            .contains("NRI disabled: another runtime serves its socket"),
+        "{}",
+        second.log()
+    );
+    second.remove_pod(&pod).await;
+    drop(second);
+    assert!(socket.exists(), "the first daemon's socket is left alone");
+    let pod = on.run_pod("on-pod").await;
+    on.remove_pod(&pod).await;
+
     let mut d = TestDaemon::start_with(
         "nri-off",
         DaemonOptions {
-            extra_config: "[nri]\nsocket_path = \"{dir}/nri.sock\"\n".into(),
+            extra_config: "[nri]\nenabled = false\nsocket_path = \"{dir}/nri.sock\"\n".into(),
             ..Default::default()
         },
     )
