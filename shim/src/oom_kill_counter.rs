@@ -2,17 +2,53 @@
 //!
 //! The kernel counts OOM kills per memory cgroup: `oom_kill` in `memory.oom_control` (cgroup
 //! v1) or in `memory.events` (cgroup v2). The shim reads the counter of the container's cgroup
-//! when the container is created and again when its init exits, before the runtime deletes the
-//! cgroup; a higher count means the memory limit killed something in the container.
+//! when the container is created and again when its init exits; a higher count means the
+//! memory limit killed something in the container.
+//!
+//! On v1, and on v2 with the cgroupfs driver, the cgroup lives until the runtime deletes it,
+//! so the read at exit sees the count. Under the systemd driver it does not: systemd removes
+//! a transient scope's cgroup as soon as its last process has exited, often before the shim
+//! has handled the init's exit (found in the Debian guest: a NoSwap container OOM-killed was
+//! reported `Error`). So on v2 the counter is also watched while the container runs, as
+//! containerd's and CRI-O's monitors watch it: the kernel notifies `memory.events` (inotify
+//! IN_MODIFY) as its counts move, the shim reads it each time and keeps an OOM kill it saw.
 
 use peapod_host::cgroup::{v1_dir, Hierarchy, Layout, ProcCgroups};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::io::unix::AsyncFd;
 
 /// Where the OOM-kill counter of a process's memory cgroup lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct OomCounter {
     file: PathBuf,
     baseline: u64,
+    watch: Arc<Watch>,
+}
+
+impl PartialEq for OomCounter {
+    fn eq(&self, other: &Self) -> bool {
+        self.file == other.file && self.baseline == other.baseline
+    }
+}
+
+impl Eq for OomCounter {}
+
+/// What the v2 watch found, and the task that watches (ended with the last counter).
+#[derive(Debug, Default)]
+struct Watch {
+    seen: AtomicBool,
+    task: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.get_mut().ok().and_then(|t| t.take()) {
+            task.abort();
+        }
+    }
 }
 
 /// The `oom_kill` count in `memory.oom_control` or `memory.events` text.
@@ -48,16 +84,97 @@ impl OomCounter {
     /// as the baseline.
     pub fn from_file(file: PathBuf) -> Option<OomCounter> {
         let baseline = parse_oom_kill(&std::fs::read_to_string(&file).ok()?)?;
-        Some(OomCounter { file, baseline })
+        Some(OomCounter {
+            file,
+            baseline,
+            watch: Arc::default(),
+        })
     }
 
-    /// Whether an OOM kill happened in the cgroup since the baseline.
-    pub fn fired(&self) -> bool {
-        std::fs::read_to_string(&self.file)
-            .ok()
-            .and_then(|t| parse_oom_kill(&t))
-            .is_some_and(|n| n > self.baseline)
+    /// The count now, if the cgroup is still there.
+    fn read(&self) -> Option<u64> {
+        parse_oom_kill(&std::fs::read_to_string(&self.file).ok()?)
     }
+
+    /// Whether an OOM kill happened in the cgroup since the baseline: seen by the watch, or
+    /// read now.
+    pub fn fired(&self) -> bool {
+        self.watch.seen.load(Ordering::SeqCst) || self.read().is_some_and(|n| n > self.baseline)
+    }
+
+    /// On a unified hierarchy, watches `memory.events` until an OOM kill is seen or the last
+    /// clone of this counter is dropped (v1's file lives as long as the container: nothing to
+    /// do). Needs a tokio runtime; without inotify the read at exit remains.
+    pub fn watch(&self) {
+        if self.file.file_name().is_none_or(|n| n != "memory.events") {
+            return;
+        }
+        let fd = match inotify(&self.file) {
+            Ok(fd) => fd,
+            Err(err) => {
+                eprintln!(
+                    "peapod-shim: watching {} for OOM kills: {err}",
+                    self.file.display()
+                );
+                return;
+            }
+        };
+        let counter = OomCounter {
+            file: self.file.clone(),
+            baseline: self.baseline,
+            // The task holds only a weak handle: it must not keep its own Watch alive.
+            watch: Arc::default(),
+        };
+        let shared = Arc::downgrade(&self.watch);
+        let task = tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            loop {
+                let Ok(mut ready) = fd.readable().await else {
+                    return;
+                };
+                // SAFETY: reads into a buffer of its length from a descriptor we own.
+                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                if n < 0 {
+                    ready.clear_ready();
+                    continue;
+                }
+                match counter.read() {
+                    Some(count) if count > counter.baseline => {
+                        if let Some(w) = shared.upgrade() {
+                            w.seen.store(true, Ordering::SeqCst);
+                        }
+                        return;
+                    }
+                    Some(_) => {}
+                    // The cgroup is gone: nothing more will come.
+                    None => return,
+                }
+            }
+        });
+        if let Ok(mut t) = self.watch.task.lock() {
+            *t = Some(task.abort_handle());
+        }
+    }
+}
+
+/// A non-blocking inotify descriptor watching `file` for modification.
+fn inotify(file: &Path) -> std::io::Result<AsyncFd<OwnedFd>> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: inotify_init1 takes flags; the result is checked.
+    let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: raw is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let path = std::ffi::CString::new(file.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: a valid descriptor and a NUL-terminated path.
+    if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor is owned by the AsyncFd from here on and closed only with it.
+    unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
 }
 
 #[cfg(test)]
@@ -88,10 +205,7 @@ mod tests {
         let cg = ProcCgroups::parse("4:memory:/kubepods/pod1/abc\n1:name=systemd:/x\n0::/\n");
         assert_eq!(
             OomCounter::for_cgroups(&cg, hybrid.path()),
-            Some(OomCounter {
-                file: v1_dir.join("memory.oom_control"),
-                baseline: 2
-            })
+            OomCounter::from_file(v1_dir.join("memory.oom_control"))
         );
 
         let v2 = tempfile::tempdir().unwrap();
@@ -102,10 +216,7 @@ mod tests {
         let cg = ProcCgroups::parse("0::/kubepods.slice/cri-abc.scope\n");
         assert_eq!(
             OomCounter::for_cgroups(&cg, v2.path()),
-            Some(OomCounter {
-                file: dir.join("memory.events"),
-                baseline: 0
-            })
+            OomCounter::from_file(dir.join("memory.events"))
         );
         // No memory cgroup file at all: no counter, not a wrong one.
         assert_eq!(OomCounter::for_cgroups(&cg, hybrid.path()), None);
@@ -117,13 +228,40 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("memory.events");
         std::fs::write(&file, "oom 0\noom_kill 0\n").unwrap();
-        let c = OomCounter {
-            file: file.clone(),
-            baseline: 0,
-        };
+        let c = OomCounter::from_file(file.clone()).unwrap();
         assert!(!c.fired());
         std::fs::write(&file, "oom 1\noom_kill 1\n").unwrap();
         assert!(c.fired());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_watch_keeps_a_kill_it_saw_after_the_cgroup_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("memory.events");
+        std::fs::write(&file, "max 0\noom 0\noom_kill 0\n").unwrap();
+        let c = OomCounter::from_file(file.clone()).unwrap();
+        c.watch();
+        // A change that is not a kill (the limit reached) leaves it unfired.
+        std::fs::write(&file, "max 3\noom 0\noom_kill 0\n").unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(!c.fired());
+        std::fs::write(&file, "max 4\noom 1\noom_kill 1\n").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !c.watch.seen.load(Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the kill was not seen"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // As systemd removes an empty scope's cgroup before the exit is handled.
+        std::fs::remove_file(&file).unwrap();
+        assert!(c.fired());
+        // Without the watch, the same removal loses the kill.
+        std::fs::write(&file, "oom_kill 0\n").unwrap();
+        let unwatched = OomCounter::from_file(file.clone()).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert!(!unwatched.fired());
     }
 }

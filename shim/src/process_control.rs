@@ -14,7 +14,8 @@ pub trait ProcessControl: Send + Sync {
     fn subscribe_exit(&self, pid: u32) -> oneshot::Receiver<i32>;
     /// Sends `signal` to `pid`; for SIGKILL first to everything it started.
     fn signal_tree(&self, pid: u32, signal: i32);
-    /// The OOM-kill counter of `pid`'s memory cgroup, read now as the baseline.
+    /// The OOM-kill counter of `pid`'s memory cgroup, read now as the baseline (and watched
+    /// from now on where the cgroup may be gone by the exit).
     fn oom_counter(&self, pid: u32) -> Option<OomCounter>;
 }
 
@@ -43,7 +44,9 @@ impl ProcessControl for HostProcesses {
     }
 
     fn oom_counter(&self, pid: u32) -> Option<OomCounter> {
-        OomCounter::for_pid(pid, &self.cgroup_root)
+        let counter = OomCounter::for_pid(pid, &self.cgroup_root)?;
+        counter.watch();
+        Some(counter)
     }
 }
 
