@@ -10,15 +10,17 @@
 //! a transient scope's cgroup as soon as its last process has exited, often before the shim
 //! has handled the init's exit (found in the Debian guest: a NoSwap container OOM-killed was
 //! reported `Error`). So on v2 the counter is also watched while the container runs, as
-//! containerd's and CRI-O's monitors watch it: the kernel notifies `memory.events` (inotify
-//! IN_MODIFY) as its counts move, the shim reads it each time and keeps an OOM kill it saw.
+//! containerd's and CRI-O's monitors watch it: the kernel notifies `memory.events` as its
+//! counts move (EPOLLPRI on an open descriptor), the shim reads it each time and keeps an OOM
+//! kill it saw.
 
 use peapod_host::cgroup::{v1_dir, Hierarchy, Layout, ProcCgroups};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 /// Where the OOM-kill counter of a process's memory cgroup lives.
 #[derive(Debug, Clone)]
@@ -102,14 +104,36 @@ impl OomCounter {
         self.watch.seen.load(Ordering::SeqCst) || self.read().is_some_and(|n| n > self.baseline)
     }
 
+    /// Records an OOM kill if the count now passes the baseline. Returns whether watching
+    /// should go on: not once a kill is seen, nor once the cgroup is gone.
+    fn check(&self, seen: &Watch) -> bool {
+        match self.read() {
+            Some(count) if count > self.baseline => {
+                seen.seen.store(true, Ordering::SeqCst);
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
     /// On a unified hierarchy, watches `memory.events` until an OOM kill is seen or the last
     /// clone of this counter is dropped (v1's file lives as long as the container: nothing to
-    /// do). Needs a tokio runtime; without inotify the read at exit remains.
+    /// do). The kernel signals a change of a cgroup file to pollers of an open descriptor of
+    /// it (EPOLLPRI), so the watch is one descriptor in the shim's reactor: no inotify
+    /// instance, of which a user has 128 by default and the kubelet and systemd need theirs.
+    /// Needs a tokio runtime; where it cannot be set up, the read at exit remains.
     pub fn watch(&self) {
         if self.file.file_name().is_none_or(|n| n != "memory.events") {
             return;
         }
-        let fd = match inotify(&self.file) {
+        let registered = std::fs::File::open(&self.file).and_then(|f| {
+            // SAFETY: the descriptor is owned by the AsyncFd from here on and closed only
+            // with it.
+            unsafe { AsyncFd::register_with_interest(OwnedFd::from(f), Interest::PRIORITY) }
+                .map_err(|e| e.into_parts().1)
+        });
+        let fd = match registered {
             Ok(fd) => fd,
             Err(err) => {
                 eprintln!(
@@ -122,59 +146,28 @@ impl OomCounter {
         let counter = OomCounter {
             file: self.file.clone(),
             baseline: self.baseline,
-            // The task holds only a weak handle: it must not keep its own Watch alive.
             watch: Arc::default(),
         };
+        // The task holds only a weak handle: it must not keep its own Watch alive.
         let shared = Arc::downgrade(&self.watch);
         let task = tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
+            // A kill between the baseline's read and the registration is caught at once.
             loop {
-                let Ok(mut ready) = fd.readable().await else {
+                let Some(w) = shared.upgrade() else { return };
+                if !counter.check(&w) {
+                    return;
+                }
+                drop(w);
+                let Ok(mut ready) = fd.ready(Interest::PRIORITY).await else {
                     return;
                 };
-                // SAFETY: reads into a buffer of its length from a descriptor we own.
-                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-                if n < 0 {
-                    ready.clear_ready();
-                    continue;
-                }
-                match counter.read() {
-                    Some(count) if count > counter.baseline => {
-                        if let Some(w) = shared.upgrade() {
-                            w.seen.store(true, Ordering::SeqCst);
-                        }
-                        return;
-                    }
-                    Some(_) => {}
-                    // The cgroup is gone: nothing more will come.
-                    None => return,
-                }
+                ready.clear_ready();
             }
         });
         if let Ok(mut t) = self.watch.task.lock() {
             *t = Some(task.abort_handle());
         }
     }
-}
-
-/// A non-blocking inotify descriptor watching `file` for modification.
-fn inotify(file: &Path) -> std::io::Result<AsyncFd<OwnedFd>> {
-    use std::os::unix::ffi::OsStrExt;
-    // SAFETY: inotify_init1 takes flags; the result is checked.
-    let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: raw is a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let path = std::ffi::CString::new(file.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: a valid descriptor and a NUL-terminated path.
-    if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the descriptor is owned by the AsyncFd from here on and closed only with it.
-    unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
 }
 
 #[cfg(test)]
@@ -235,33 +228,28 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    #[tokio::test]
-    async fn the_watch_keeps_a_kill_it_saw_after_the_cgroup_is_gone() {
+    #[test]
+    fn a_kill_the_watch_saw_is_kept_after_the_cgroup_is_gone() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("memory.events");
         std::fs::write(&file, "max 0\noom 0\noom_kill 0\n").unwrap();
         let c = OomCounter::from_file(file.clone()).unwrap();
-        c.watch();
-        // A change that is not a kill (the limit reached) leaves it unfired.
+        // A change that is not a kill (the limit reached): watching goes on, nothing fired.
         std::fs::write(&file, "max 3\noom 0\noom_kill 0\n").unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(c.check(&c.watch));
         assert!(!c.fired());
+        // A kill: seen, and watching ends.
         std::fs::write(&file, "max 4\noom 1\noom_kill 1\n").unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !c.watch.seen.load(Ordering::SeqCst) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the kill was not seen"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        assert!(!c.check(&c.watch));
         // As systemd removes an empty scope's cgroup before the exit is handled.
         std::fs::remove_file(&file).unwrap();
         assert!(c.fired());
-        // Without the watch, the same removal loses the kill.
+        // Without the watch, the same removal loses the kill; a gone file ends the watch.
         std::fs::write(&file, "oom_kill 0\n").unwrap();
         let unwatched = OomCounter::from_file(file.clone()).unwrap();
+        std::fs::write(&file, "oom_kill 1\n").unwrap();
         std::fs::remove_file(&file).unwrap();
         assert!(!unwatched.fired());
+        assert!(!unwatched.check(&unwatched.watch));
     }
 }
