@@ -520,7 +520,7 @@ impl Session {
         level = "debug",
         name = "registry.manifest",
         skip_all,
-        fields(reference)
+        fields(reference = %reference)
     )]
     pub async fn manifest(
         &self,

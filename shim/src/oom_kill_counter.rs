@@ -45,6 +45,26 @@ struct Watch {
     task: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
+impl Watch {
+    /// Records an OOM kill if the count in `file` now passes `baseline`. Returns whether
+    /// watching should go on: not once a kill is seen, nor once the cgroup is gone.
+    fn check(&self, file: &Path, baseline: u64) -> bool {
+        match read_count(file) {
+            Some(count) if count > baseline => {
+                self.seen.store(true, Ordering::SeqCst);
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+}
+
+/// The count in `file` now, if the cgroup is still there.
+fn read_count(file: &Path) -> Option<u64> {
+    parse_oom_kill(&std::fs::read_to_string(file).ok()?)
+}
+
 impl Drop for Watch {
     fn drop(&mut self) {
         if let Some(task) = self.task.get_mut().ok().and_then(|t| t.take()) {
@@ -85,7 +105,7 @@ impl OomCounter {
     /// The counter in `file` (`memory.oom_control` or `memory.events`), its current count
     /// as the baseline.
     pub fn from_file(file: PathBuf) -> Option<OomCounter> {
-        let baseline = parse_oom_kill(&std::fs::read_to_string(&file).ok()?)?;
+        let baseline = read_count(&file)?;
         Some(OomCounter {
             file,
             baseline,
@@ -93,28 +113,11 @@ impl OomCounter {
         })
     }
 
-    /// The count now, if the cgroup is still there.
-    fn read(&self) -> Option<u64> {
-        parse_oom_kill(&std::fs::read_to_string(&self.file).ok()?)
-    }
-
     /// Whether an OOM kill happened in the cgroup since the baseline: seen by the watch, or
     /// read now.
     pub fn fired(&self) -> bool {
-        self.watch.seen.load(Ordering::SeqCst) || self.read().is_some_and(|n| n > self.baseline)
-    }
-
-    /// Records an OOM kill if the count now passes the baseline. Returns whether watching
-    /// should go on: not once a kill is seen, nor once the cgroup is gone.
-    fn check(&self, seen: &Watch) -> bool {
-        match self.read() {
-            Some(count) if count > self.baseline => {
-                seen.seen.store(true, Ordering::SeqCst);
-                false
-            }
-            Some(_) => true,
-            None => false,
-        }
+        self.watch.seen.load(Ordering::SeqCst)
+            || read_count(&self.file).is_some_and(|n| n > self.baseline)
     }
 
     /// On a unified hierarchy, watches `memory.events` until an OOM kill is seen or the last
@@ -143,18 +146,14 @@ impl OomCounter {
                 return;
             }
         };
-        let counter = OomCounter {
-            file: self.file.clone(),
-            baseline: self.baseline,
-            watch: Arc::default(),
-        };
+        let (file, baseline) = (self.file.clone(), self.baseline);
         // The task holds only a weak handle: it must not keep its own Watch alive.
         let shared = Arc::downgrade(&self.watch);
         let task = tokio::spawn(async move {
             // A kill between the baseline's read and the registration is caught at once.
             loop {
                 let Some(w) = shared.upgrade() else { return };
-                if !counter.check(&w) {
+                if !w.check(&file, baseline) {
                     return;
                 }
                 drop(w);
@@ -236,11 +235,11 @@ mod tests {
         let c = OomCounter::from_file(file.clone()).unwrap();
         // A change that is not a kill (the limit reached): watching goes on, nothing fired.
         std::fs::write(&file, "max 3\noom 0\noom_kill 0\n").unwrap();
-        assert!(c.check(&c.watch));
+        assert!(c.watch.check(&c.file, c.baseline));
         assert!(!c.fired());
         // A kill: seen, and watching ends.
         std::fs::write(&file, "max 4\noom 1\noom_kill 1\n").unwrap();
-        assert!(!c.check(&c.watch));
+        assert!(!c.watch.check(&c.file, c.baseline));
         // As systemd removes an empty scope's cgroup before the exit is handled.
         std::fs::remove_file(&file).unwrap();
         assert!(c.fired());
@@ -250,6 +249,6 @@ mod tests {
         std::fs::write(&file, "oom_kill 1\n").unwrap();
         std::fs::remove_file(&file).unwrap();
         assert!(!unwatched.fired());
-        assert!(!unwatched.check(&unwatched.watch));
+        assert!(!unwatched.watch.check(&unwatched.file, unwatched.baseline));
     }
 }

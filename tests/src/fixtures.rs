@@ -41,10 +41,10 @@ pub fn sandbox_config(name: &str, cgroup_parent: &str) -> cri::PodSandboxConfig 
     }
 }
 
-/// The `info` JSON of a verbose PodSandboxStatus.
-pub fn verbose_info(resp: &cri::PodSandboxStatusResponse) -> serde_json::Value {
-    resp.info
-        .get("info")
+/// The `info` JSON of a verbose status (PodSandboxStatus's or ContainerStatus's `info` map);
+/// Null when there is none.
+pub fn verbose_info(info: &std::collections::HashMap<String, String>) -> serde_json::Value {
+    info.get("info")
         .and_then(|s| serde_json::from_str(s).ok())
         .unwrap_or(serde_json::Value::Null)
 }

@@ -176,9 +176,7 @@ impl Client {
             )
             .unwrap_or_else(|e| panic!("ContainerStatus {id}: {e}\n{}", journal()))
             .into_inner();
-        let info: serde_json::Value =
-            serde_json::from_str(resp.info.get("info").map_or("null", String::as_str))
-                .unwrap_or_default();
+        let info = crate::fixtures::verbose_info(&resp.info);
         let status = resp.status.expect("status");
         Seen {
             state: status.state,
@@ -202,7 +200,7 @@ impl Client {
             )
             .unwrap_or_else(|e| panic!("PodSandboxStatus {id}: {e}\n{}", journal()))
             .into_inner();
-        let info = crate::fixtures::verbose_info(&resp);
+        let info = crate::fixtures::verbose_info(&resp.info);
         (
             resp.status.expect("status").state,
             info["pid"].as_u64().unwrap_or(0) as u32,

@@ -111,6 +111,20 @@ impl TestDaemon {
             .descriptors
     }
 
+    /// ContainerStats of container `id`; panics if the call fails or has no stats.
+    pub async fn container_stats(&mut self, id: &str) -> cri::ContainerStats {
+        self.cri
+            .runtime
+            .container_stats(cri::ContainerStatsRequest {
+                container_id: id.to_string(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("ContainerStats {id}: {e}"))
+            .into_inner()
+            .stats
+            .unwrap_or_else(|| panic!("ContainerStats {id}: no stats"))
+    }
+
     /// The metrics of pod `id` in ListPodSandboxMetrics; panics if it has none.
     pub async fn pod_metrics(&mut self, id: &str) -> cri::PodSandboxMetrics {
         self.cri
@@ -189,7 +203,7 @@ impl TestDaemon {
             .await
             .unwrap_or_else(|e| panic!("PodSandboxStatus {id}: {e}"))
             .into_inner();
-        crate::fixtures::verbose_info(&resp)
+        crate::fixtures::verbose_info(&resp.info)
     }
 
     /// Polls until the container has exited (at most `limit`).

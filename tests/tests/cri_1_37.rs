@@ -716,17 +716,7 @@ async fn stats_carry_psi_exactly_where_the_host_has_it() {
         .await;
     d.wait_log(&id, "up", WAIT).await;
     let pid = d.container_info(&id).await["pid"].as_u64().expect("pid") as u32;
-    let stats = d
-        .cri
-        .runtime
-        .container_stats(cri::ContainerStatsRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .stats
-        .unwrap();
+    let stats = d.container_stats(&id).await;
     // Swap usage exactly where the container's memory cgroup accounts swap.
     let accounted = swap_file(pid).is_some_and(|f| f.exists());
     assert_eq!(stats.swap.is_some(), accounted, "{:?}", stats.swap);

@@ -86,7 +86,7 @@ struct PodView {
 
 async fn view(d: &mut TestDaemon, id: &str) -> PodView {
     let st = status(d, id).await.expect("PodSandboxStatus");
-    let info = verbose_info(&st);
+    let info = verbose_info(&st.info);
     let s = st.status.expect("status");
     assert_eq!(s.state, cri::PodSandboxState::SandboxReady as i32);
     PodView {
@@ -466,7 +466,7 @@ async fn host_network_pod_has_no_netns_and_no_cni() {
         .into_inner()
         .pod_sandbox_id;
     let st = status(&mut d, &id).await.unwrap();
-    let info = verbose_info(&st);
+    let info = verbose_info(&st.info);
     assert!(info["netnsPath"].is_null());
     assert!(st.status.unwrap().network.is_none());
     let pid = info["pid"].as_u64().unwrap();

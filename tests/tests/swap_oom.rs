@@ -123,17 +123,7 @@ async fn limited_swap_keeps_what_no_swap_oom_kills() {
         swapped >= 8 * MIB,
         "48 MiB of tmpfs under a 32 MiB limit: {swapped} bytes in swap"
     );
-    let stats = d
-        .cri
-        .runtime
-        .container_stats(cri::ContainerStatsRequest {
-            container_id: limited.clone(),
-        })
-        .await
-        .expect("ContainerStats")
-        .into_inner()
-        .stats
-        .expect("stats");
+    let stats = d.container_stats(&limited).await;
     let swap = stats.swap.expect("swap stats where swap is accounted");
     let usage = swap.swap_usage_bytes.expect("swap usage").value;
     let available = swap.swap_available_bytes.expect("swap available").value;

@@ -108,17 +108,7 @@ async fn scopes_in_the_pods_slice_limits_stats_restart_and_nothing_left() {
     );
 
     // Stats are read where the container really is.
-    let stats = d
-        .cri
-        .runtime
-        .container_stats(cri::ContainerStatsRequest {
-            container_id: app.clone(),
-        })
-        .await
-        .expect("ContainerStats")
-        .into_inner()
-        .stats
-        .expect("stats");
+    let stats = d.container_stats(&app).await;
     let mem = stats.memory.expect("memory stats");
     assert!(
         mem.working_set_bytes.map(|v| v.value).unwrap_or(0) > 0,
