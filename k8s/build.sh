@@ -6,6 +6,8 @@
 #   k8s/build.sh            build what is missing, print the bin directory
 #   k8s/build.sh --print    only print the bin directory (exit 1 when it is not complete)
 #
+# Beside bin/, src/ holds the few files of the Kubernetes source the node e2e harness needs.
+#
 # The cache lives under $PEAPOD_K8S_CACHE (default /var/cache/peapod/k8s), outside the work
 # tree, so that `git clean` and fresh clones on the same machine reuse it.
 set -eu
@@ -18,6 +20,16 @@ CRI_TOOLS_VERSION=$(version_of sigs.k8s.io/cri-tools)
 key="$K8S_VERSION-$(cat go.mod go.sum build.sh | sha256sum | cut -c1-12)"
 cache="${PEAPOD_K8S_CACHE:-/var/cache/peapod/k8s}/$key"
 bin="$cache/bin"
+# The files of the Kubernetes source that scripts/node-e2e builds the suite's images from (agnhost's
+# test certificate, the kitten and nautilus web servers' files), copied out of Go's module cache,
+# which CI empties once the tools are built (.ci/run).
+src="$cache/src"
+SOURCE_FILES="test/images/agnhost/porter/localhost.crt
+test/images/agnhost/porter/localhost.key
+test/images/kitten/html/kitten.jpg
+test/images/kitten/html/data.json
+test/images/nautilus/html/nautilus.jpg
+test/images/nautilus/html/data.json"
 
 # The commands and test binaries, as file name and Go package.
 COMMANDS="kubelet:k8s.io/kubernetes/cmd/kubelet
@@ -28,13 +40,17 @@ kubectl:k8s.io/kubernetes/cmd/kubectl
 agnhost:k8s.io/kubernetes/test/images/agnhost
 etcd:go.etcd.io/etcd/server/v3
 crictl:sigs.k8s.io/cri-tools/cmd/crictl
-ginkgo:github.com/onsi/ginkgo/v2/ginkgo"
+ginkgo:github.com/onsi/ginkgo/v2/ginkgo
+sample-device-plugin:k8s.io/kubernetes/test/images/sample-device-plugin"
 TESTS="e2e_node.test:k8s.io/kubernetes/test/e2e_node
 critest:sigs.k8s.io/cri-tools/cmd/critest"
 
 complete() {
     for entry in $COMMANDS $TESTS; do
         [ -x "$bin/${entry%%:*}" ] || return 1
+    done
+    for f in $SOURCE_FILES; do
+        [ -f "$src/$f" ] || return 1
     done
 }
 
@@ -87,6 +103,12 @@ for entry in $TESTS; do
     # Test binaries: vet is off because Go >= 1.24's vet fails on Kubernetes' printf wrappers.
     go test -c -vet=off -ldflags "$ldflags" -o "$bin/$name.new" "${entry#*:}"
     mv "$bin/$name.new" "$bin/$name"
+done
+k8s_dir=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+for f in $SOURCE_FILES; do
+    mkdir -p "$src/${f%/*}"
+    cp "$k8s_dir/$f" "$src/$f"
+    chmod 644 "$src/$f" # the module cache's files are read-only
 done
 rm -rf "$tmp"
 # Builds for other pins (an older checkout's) are ~800 MB each; keep only this one.

@@ -218,7 +218,8 @@ def main():
     ap.add_argument("--nc", required=True, help="netcat-openbsd's nc binary")
     ap.add_argument("--bin", required=True, help="directory of pause, fake-nginx, nnp")
     ap.add_argument("--agnhost", required=True, help="the agnhost binary k8s/build.sh built")
-    ap.add_argument("--k8s-src", required=True, help="the k8s.io/kubernetes module source")
+    ap.add_argument("--k8s-src", required=True,
+                    help="the Kubernetes source files k8s/build.sh copies (its src/)")
     ap.add_argument("--sample-device-plugin", required=True,
                     help="test/images/sample-device-plugin, built from the Kubernetes module")
     a = ap.parse_args()
