@@ -33,7 +33,8 @@
 //!    helpers (`peapod-runtime`), and native execs through a resident helper;
 //! 7. host processes — `process_control` (exits, signals and OOM counters of host
 //!    processes, behind a trait), `reaper` (the subreaper's one `waitpid` loop),
-//!    `oom_kill_counter` (telling an OOM kill from another SIGKILL); `after_burst` (the
+//!    `oom_kill_counter` (telling an OOM kill from another SIGKILL), `kernel_log` (the
+//!    kernel's record of its OOM kills, when the cgroup is gone); `after_burst` (the
 //!    memory a burst of requests left, given back once the shim is quiet).
 //!
 //! `fakes` (tests only): a fake runtime CLI and fake processes.
@@ -46,6 +47,7 @@ mod error;
 mod extension;
 #[cfg(test)]
 mod fakes;
+mod kernel_log;
 mod oom_kill_counter;
 mod process;
 mod process_control;

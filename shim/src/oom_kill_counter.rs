@@ -13,6 +13,13 @@
 //! containerd's and CRI-O's monitors watch it: the kernel notifies `memory.events` as its
 //! counts move (EPOLLPRI on an open descriptor), the shim reads it each time and keeps an OOM
 //! kill it saw.
+//!
+//! The watch alone still loses: when the init exits just after the kill (a shell whose child
+//! was killed), systemd removes the scope within milliseconds, before the woken watch or the
+//! exit's read gets to the file (in the Debian guest: 20 kills of 20 reported `Error`). So
+//! when the counter is gone at the exit, the parent cgroup's counter (which counts its
+//! children's kills and outlives them) tells whether any kill happened beside it since the
+//! baseline, and if one did, the kernel's log ([`crate::kernel_log`]) tells whose it was.
 
 use peapod_host::cgroup::{v1_dir, Hierarchy, Layout, ProcCgroups};
 use std::os::fd::OwnedFd;
@@ -28,11 +35,21 @@ pub struct OomCounter {
     file: PathBuf,
     baseline: u64,
     watch: Arc<Watch>,
+    /// Where to look when the cgroup is gone at the exit: its memory cgroup as the kernel
+    /// names it, and its parent's counter with that counter's baseline.
+    gone: Option<GoneCgroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GoneCgroup {
+    cgroup: String,
+    parent_file: PathBuf,
+    parent_baseline: u64,
 }
 
 impl PartialEq for OomCounter {
     fn eq(&self, other: &Self) -> bool {
-        self.file == other.file && self.baseline == other.baseline
+        self.file == other.file && self.baseline == other.baseline && self.gone == other.gone
     }
 }
 
@@ -56,6 +73,25 @@ impl Watch {
             }
             Some(_) => true,
             None => false,
+        }
+    }
+}
+
+impl GoneCgroup {
+    /// Whether the gone cgroup had an OOM kill: the parent's count grew since the baseline
+    /// (no growth, no kill: the cheap answer, and the usual one), and the kernel's log names
+    /// this cgroup as a victim (a sibling's kill also grows the parent's count). An unreadable
+    /// log answers no, as the exit's read did before the watch.
+    fn killed(&self, victims: impl FnOnce() -> std::io::Result<Vec<String>>) -> bool {
+        if read_count(&self.parent_file).is_none_or(|n| n <= self.parent_baseline) {
+            return false;
+        }
+        match victims() {
+            Ok(victims) => victims.contains(&self.cgroup),
+            Err(err) => {
+                eprintln!("peapod-shim: reading the kernel's log for OOM kills: {err}");
+                false
+            }
         }
     }
 }
@@ -93,13 +129,25 @@ impl OomCounter {
 
     /// The counter of the memory cgroup in `cgroups` (a process's `/proc/PID/cgroup`).
     fn for_cgroups(cgroups: &ProcCgroups, root: &Path) -> Option<OomCounter> {
-        let file = match cgroups.controller("memory")? {
-            (Hierarchy::V1, path) => v1_dir(root, "memory", path)?.join("memory.oom_control"),
-            (Hierarchy::Unified, path) => Layout::detect(root)
+        let (hierarchy, path) = cgroups.controller("memory")?;
+        let file = match hierarchy {
+            Hierarchy::V1 => v1_dir(root, "memory", path)?.join("memory.oom_control"),
+            Hierarchy::Unified => Layout::detect(root)
                 .unified_dir(root, path)?
                 .join("memory.events"),
         };
-        OomCounter::from_file(file)
+        let mut counter = OomCounter::from_file(file)?;
+        // The root cgroup has no counter file: a container directly under it has no parent
+        // to ask.
+        counter.gone = counter.file.parent().and_then(|dir| {
+            let parent_file = dir.parent()?.join(counter.file.file_name()?);
+            Some(GoneCgroup {
+                cgroup: path.to_string(),
+                parent_baseline: read_count(&parent_file)?,
+                parent_file,
+            })
+        });
+        Some(counter)
     }
 
     /// The counter in `file` (`memory.oom_control` or `memory.events`), its current count
@@ -110,14 +158,23 @@ impl OomCounter {
             file,
             baseline,
             watch: Arc::default(),
+            gone: None,
         })
     }
 
     /// Whether an OOM kill happened in the cgroup since the baseline: seen by the watch, or
-    /// read now.
+    /// read now, or, with the cgroup gone, in the kernel's log.
     pub fn fired(&self) -> bool {
-        self.watch.seen.load(Ordering::SeqCst)
-            || read_count(&self.file).is_some_and(|n| n > self.baseline)
+        if self.watch.seen.load(Ordering::SeqCst) {
+            return true;
+        }
+        match read_count(&self.file) {
+            Some(count) => count > self.baseline,
+            None => self
+                .gone
+                .as_ref()
+                .is_some_and(|gone| gone.killed(crate::kernel_log::oom_kill_victims)),
+        }
     }
 
     /// On a unified hierarchy, watches `memory.events` until an OOM kill is seen or the last
@@ -250,5 +307,39 @@ mod tests {
         std::fs::remove_file(&file).unwrap();
         assert!(!unwatched.fired());
         assert!(!unwatched.watch.check(&unwatched.file, unwatched.baseline));
+    }
+
+    #[test]
+    fn a_gone_cgroups_kill_is_found_through_its_parent_and_the_kernels_log() {
+        let v2 = tempfile::tempdir().unwrap();
+        std::fs::write(v2.path().join("cgroup.controllers"), "memory\n").unwrap();
+        let pod = v2.path().join("pod.slice");
+        let dir = pod.join("peapod-abc.scope");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(pod.join("memory.events"), "oom 4\noom_kill 2\n").unwrap();
+        std::fs::write(dir.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+        let cg = ProcCgroups::parse("0::/pod.slice/peapod-abc.scope\n");
+        let c = OomCounter::for_cgroups(&cg, v2.path()).unwrap();
+        let gone = c.gone.clone().expect("a parent to ask");
+        assert_eq!(gone.cgroup, "/pod.slice/peapod-abc.scope");
+        assert_eq!(gone.parent_baseline, 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let log = |victims: &[&str]| {
+            let v: Vec<String> = victims.iter().map(|s| s.to_string()).collect();
+            move || Ok(v)
+        };
+        // The parent's count did not grow: no kill, and the log is not read.
+        assert!(!gone.killed(|| panic!("read the log without a kill beside it")));
+        std::fs::write(pod.join("memory.events"), "oom 5\noom_kill 3\n").unwrap();
+        // It grew, by this container's kill or a sibling's: the log says whose.
+        assert!(gone.killed(log(&["/other.scope", "/pod.slice/peapod-abc.scope"])));
+        assert!(!gone.killed(log(&["/pod.slice/peapod-sibling.scope"])));
+        assert!(!gone.killed(|| Err(std::io::Error::from_raw_os_error(libc::EPERM))));
+        // A container straight under the root has no parent counter to ask.
+        let top = v2.path().join("top.scope");
+        std::fs::create_dir_all(&top).unwrap();
+        std::fs::write(top.join("memory.events"), "oom_kill 0\n").unwrap();
+        let cg = ProcCgroups::parse("0::/top.scope\n");
+        assert_eq!(OomCounter::for_cgroups(&cg, v2.path()).unwrap().gone, None);
     }
 }

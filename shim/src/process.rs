@@ -99,6 +99,12 @@ pub fn watch_exit(
     tokio::spawn(async move {
         let code = exit_code.await.unwrap_or(255);
         let exited_at_ns = timefmt::now_ns();
+        // Read at once, not after the output: under the systemd driver the cgroup goes as
+        // soon as its last process has, and the fallback (the kernel's log) can miss a kill.
+        let oom_killed = init
+            .as_ref()
+            .and_then(|i| i.oom.as_ref())
+            .is_some_and(|o| o.fired());
         if let Some(io) = &io {
             let _ = tokio::time::timeout(OUTPUT_DRAIN, io.wait_output_done()).await;
         }
@@ -112,7 +118,7 @@ pub fn watch_exit(
             if let Some(io) = &io {
                 io.close_output();
             }
-            record.oom_killed = init.oom.as_ref().is_some_and(|o| o.fired());
+            record.oom_killed = oom_killed;
             if let Err(err) = record.write(&init.file) {
                 eprintln!(
                     "peapod-shim: recording the exit in {}: {err}",
