@@ -33,10 +33,72 @@
 #                      runtime through systemd can; the kubelet is their unit too (the harness
 #                      starts it with systemd-run)
 #   SYSTEMD_STANDINS, SYSTEMD_BUS  (with PEAPOD_SYSTEMD_STATE) their directory and the bus's socket
+#   NODE_RUNTIME_UNIT  on a mainstream node (systemd as PID 1, cgroup v2: scripts/node-e2e's
+#                      header), where this runs in the machine's namespaces: the runtime runs
+#                      as this transient unit of the real systemd (KillMode=process, as
+#                      containerd.service), and none of the cgroup set-up below is done
+#   NODE_PREPULL       (with NODE_RUNTIME_UNIT) images pulled through the runtime before the
+#                      suite starts
 # and runs "$@" (ginkgo and its arguments) as the suite. Exits with the suite's status.
 set -eu
 
 say() { echo "node-e2e node: $*" >&2; }
+
+if [ -n "${NODE_RUNTIME_UNIT:-}" ]; then
+    suite=""
+    teardown() {
+        set +e
+        if [ -n "$suite" ] && kill -0 "$suite" 2>/dev/null; then
+            kill -TERM -- "-$suite"
+            timeout 30 tail -s 0.2 --pid="$suite" -f /dev/null
+            kill -KILL -- "-$suite" 2>/dev/null
+        fi
+        # The harness's kubelet units (kubelet-<timestamp>.service), before the pods go.
+        systemctl kill -s SIGKILL 'kubelet-[0-9]*.service' 2>/dev/null
+        systemctl stop 'kubelet-[0-9]*.service' >&2
+        if [ "$(systemctl show -p SubState --value "$NODE_RUNTIME_UNIT")" = running ]; then
+            timeout 120 "$CRICTL" --timeout 60s -r "unix://$RUNTIME_SOCKET" rmp --all --force >&2
+        fi
+        systemctl stop "$NODE_RUNTIME_UNIT" >&2
+        systemctl reset-failed "$NODE_RUNTIME_UNIT" 2>/dev/null
+    }
+    trap teardown EXIT
+    trap 'exit 143' TERM
+    trap 'exit 130' INT
+    # The command writes its pid file (the runtime's pid after the exec) at each start.
+    starter=${RUNTIME_PIDFILE%/*}/$RUNTIME-start
+    cat >"$starter" <<'EOF'
+#!/bin/bash
+# The command of the runtime's unit (tests/node-e2e/node.sh).
+printf %s $$ >"$RUNTIME_PIDFILE"
+eval "runtime_cmd=($RUNTIME_CMD)"
+exec "${runtime_cmd[@]}"
+EOF
+    chmod +x "$starter"
+    systemd-run --quiet --unit="$NODE_RUNTIME_UNIT" -p KillMode=process -p Delegate=yes \
+        -p TimeoutStopSec=30 -p "StandardOutput=append:$RUNTIME_LOG" -p "StandardError=append:$RUNTIME_LOG" \
+        --setenv=RUNTIME_PIDFILE="$RUNTIME_PIDFILE" --setenv=RUNTIME_CMD="$RUNTIME_CMD" \
+        --setenv=PATH="$PATH" "$starter"
+    for _ in $(seq 600); do
+        [ -S "$RUNTIME_SOCKET" ] && break
+        [ "$(systemctl show -p SubState --value "$NODE_RUNTIME_UNIT")" = running ] ||
+            { say "$RUNTIME exited: $(tail -5 "$RUNTIME_LOG")"; exit 1; }
+        sleep 0.1
+    done
+    [ -S "$RUNTIME_SOCKET" ] || { say "$RUNTIME did not serve within 60 s"; exit 1; }
+    started=$SECONDS
+    for image in ${NODE_PREPULL:-}; do
+        "$CRICTL" -r "unix://$RUNTIME_SOCKET" --timeout 30m pull "$image" >/dev/null ||
+            { say "pulling $image failed"; exit 1; }
+    done
+    [ -n "${NODE_PREPULL:-}" ] && say "pulled $(echo $NODE_PREPULL | wc -w) images in $((SECONDS - started)) s"
+    cd "$SUITE_CWD"
+    setsid "$@" >"$SUITE_LOG" 2>&1 </dev/null &
+    suite=$!
+    rc=0
+    wait "$suite" || rc=$?
+    exit "$rc"
+fi
 
 # --- Cgroups: this namespace's view, with the node cgroup as the root of each hierarchy -------
 # The mounts of the machine's hierarchies, read before they are replaced: mount point, file
