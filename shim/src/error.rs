@@ -177,6 +177,7 @@ mod tests {
         let err = ShimError::Runtime(RuntimeCliError::Timeout {
             runtime: "runc".into(),
             command: "start".into(),
+            limit: std::time::Duration::from_secs(60),
         });
         assert_eq!(err.code(), Code::UNKNOWN);
         let err = ShimError::RuntimeNotFound {
@@ -184,6 +185,7 @@ mod tests {
             source: RuntimeCliError::Timeout {
                 runtime: "runc".into(),
                 command: "start".into(),
+                limit: std::time::Duration::from_secs(60),
             },
         };
         assert!(std::error::Error::source(&err).is_some());

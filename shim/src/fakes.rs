@@ -7,7 +7,7 @@
 //! never name a real process.
 
 use crate::backend::runtime_cli::{
-    CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus,
+    CheckpointCommand, CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus,
 };
 use crate::oom_kill_counter::OomCounter;
 use crate::process_control::ProcessControl;
@@ -208,13 +208,17 @@ impl FakeRuntime {
 #[async_trait]
 impl RuntimeCli for FakeRuntime {
     async fn create(&self, id: &str, cmd: CreateCommand<'_>) -> Result<u32, RuntimeCliError> {
-        let verb = if cmd.start { "run" } else { "create" };
+        let verb = match (cmd.restore, cmd.start) {
+            (Some(_), _) => "restore",
+            (None, true) => "run",
+            (None, false) => "create",
+        };
         self.call("create", format!("{verb} {id}"))?;
         if self.lock().containers.contains_key(id) {
             return Err(failed("create"));
         }
         let pid = self.new_pid();
-        let status = if cmd.start {
+        let status = if cmd.start || cmd.restore.is_some() {
             RuntimeStatus::Running
         } else {
             RuntimeStatus::Created
@@ -304,5 +308,19 @@ impl RuntimeCli for FakeRuntime {
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeCliError> {
         self.call("ps", format!("ps {id}"))?;
         Ok(vec![self.pid_of(id, "ps")?])
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &str,
+        cmd: CheckpointCommand<'_>,
+    ) -> Result<(), RuntimeCliError> {
+        let line = format!(
+            "checkpoint {id} {} {}",
+            cmd.image_path.display(),
+            cmd.work_path.display()
+        );
+        self.call("checkpoint", line)?;
+        self.pid_of(id, "checkpoint").map(drop)
     }
 }

@@ -16,6 +16,8 @@ use std::path::Path;
 pub const CREATE_OPTIONS_TYPE_URL: &str = "types.peapod.dev/shim/CreateOptions";
 /// `ExecProcessRequest.spec`: an OCI runtime-spec `Process` as JSON (containerd's URL).
 pub const PROCESS_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Process";
+/// `CheckpointTaskRequest.options`: [`CheckpointOptions`] as JSON.
+pub const CHECKPOINT_OPTIONS_TYPE_URL: &str = "types.peapod.dev/shim/CheckpointOptions";
 /// `UpdateTaskRequest.resources`: an OCI runtime-spec `LinuxResources` as JSON.
 pub const RESOURCES_TYPE_URL: &str =
     "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources";
@@ -52,6 +54,22 @@ pub struct CreateOptions {
     /// know the field ignores it and uses the runtime.
     #[serde(default)]
     pub native: bool,
+    /// A directory of CRIU images (a checkpoint's `checkpoint/`): the container is restored
+    /// from them (`runc restore`) instead of created, and runs from here on, as with `start`.
+    /// Empty: an ordinary create. A shim that does not know the field would create the
+    /// container afresh, so the daemon sends it only to a shim of its own version.
+    #[serde(default)]
+    pub restore: String,
+}
+
+/// Options of `CheckpointTaskRequest` (its `path` is where CRIU's images go).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointOptions {
+    /// Where CRIU writes its log and work files (kept apart from the images).
+    pub work_path: String,
+    /// The longest the dump may take, in milliseconds; 0: the shim's own limit.
+    #[serde(default)]
+    pub timeout_ms: u64,
 }
 
 /// A container's exit, recorded by the shim so that it survives the daemon (and the shim).

@@ -9,9 +9,10 @@
 //! standard `CreateTaskRequest.options` field.
 
 use crate::backend::runtime_cli::{
-    CreateCommand, ExecCommand, ProcessIo, RuntimeCliError, RuntimeStatus,
+    CheckpointCommand, CreateCommand, ExecCommand, ProcessIo, RuntimeCliError, RuntimeStatus,
+    COMMAND_TIMEOUT,
 };
-use crate::backend::{Backend, Backends};
+use crate::backend::{Backend, Backends, Uncheckpointable};
 use crate::container::{Container, Containers};
 use crate::error::{Result, ShimError};
 use crate::process::{self, ExecProcess, InitExit, InitProcess};
@@ -146,6 +147,7 @@ impl TaskService {
                     io: process_io,
                     start: options.start,
                     native: options.native,
+                    restore: (!options.restore.is_empty()).then(|| Path::new(&options.restore)),
                 },
             )
             .await;
@@ -386,6 +388,46 @@ impl TaskService {
         }
     }
 
+    /// Checkpoint: CRIU's images of a running container's processes in `image_path`, its log
+    /// and work files in the options' `work_path`; the container goes on running.
+    pub async fn checkpoint(
+        &self,
+        id: &str,
+        image_path: &str,
+        options: Option<&Any>,
+    ) -> Result<()> {
+        if image_path.is_empty() {
+            return Err(ShimError::InvalidArgument(
+                "path (where the images go) is required".into(),
+            ));
+        }
+        let options = checkpoint_options(options)?;
+        let backend = self.containers.with(id, |c| {
+            if !c.is_running() || !c.init.started {
+                return Err(ShimError::FailedPrecondition(format!(
+                    "container {id} is not running: nothing to checkpoint"
+                )));
+            }
+            Ok(c.backend.clone())
+        })?;
+        let timeout = match options.timeout_ms {
+            0 => COMMAND_TIMEOUT,
+            ms => Duration::from_millis(ms),
+        };
+        let cmd = CheckpointCommand {
+            image_path: Path::new(image_path),
+            work_path: Path::new(&options.work_path),
+            timeout,
+        };
+        match self.backends.checkpoint(id, &backend, cmd).await {
+            Ok(()) => Ok(()),
+            Err(Uncheckpointable::Kind(why)) => Err(ShimError::FailedPrecondition(why)),
+            Err(Uncheckpointable::Runtime(err)) => {
+                Err(self.runtime_failure(id, &backend, err).await)
+            }
+        }
+    }
+
     pub async fn pause(&self, id: &str) -> Result<()> {
         self.freeze(id, true).await
     }
@@ -567,6 +609,32 @@ fn create_options(req: &api::CreateTaskRequest, bundle: &Path) -> Result<CreateO
     };
     if options.exit_file.is_empty() {
         options.exit_file = bundle.join("exit").to_string_lossy().into_owned();
+    }
+    // A restored process runs once `runc restore` returns: Start only reports its pid.
+    options.start |= !options.restore.is_empty();
+    Ok(options)
+}
+
+/// The JSON options of a Checkpoint: a work path is required (CRIU's log must go somewhere
+/// the daemon can read it and not into the images it archives).
+fn checkpoint_options(any: Option<&Any>) -> Result<protocol::CheckpointOptions> {
+    let options = match any {
+        Some(any) if any.type_url == protocol::CHECKPOINT_OPTIONS_TYPE_URL => {
+            serde_json::from_slice::<protocol::CheckpointOptions>(&any.value)
+                .map_err(|e| ShimError::InvalidArgument(format!("checkpoint options: {e}")))?
+        }
+        Some(any) => {
+            return Err(ShimError::InvalidArgument(format!(
+                "unknown checkpoint options type {}",
+                any.type_url
+            )))
+        }
+        None => protocol::CheckpointOptions::default(),
+    };
+    if options.work_path.is_empty() {
+        return Err(ShimError::InvalidArgument(
+            "checkpoint options: work_path is required".into(),
+        ));
     }
     Ok(options)
 }

@@ -147,6 +147,23 @@ impl Task for TaskApi {
         Ok(resp)
     }
 
+    async fn checkpoint(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::CheckpointTaskRequest,
+    ) -> TtrpcResult<Empty> {
+        let svc = self.0.clone();
+        let id = req.id.clone();
+        // To its end, as a create: a dump cut off half-way would leave the container frozen.
+        let done = to_completion(async move {
+            svc.checkpoint(&req.id, &req.path, req.options.as_ref())
+                .await
+        })
+        .await;
+        reply("Checkpoint", &id, done)?;
+        Ok(Empty::new())
+    }
+
     async fn pause(&self, _ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<Empty> {
         reply("Pause", &req.id, self.0.pause(&req.id).await)?;
         Ok(Empty::new())

@@ -622,3 +622,62 @@ async fn exec_stdio_that_cannot_be_opened_fails_start_before_the_runtime_runs() 
     assert!(!f.bundle("c1").join("exec-e1.json").exists());
     assert_eq!(f.status("c1", "e1"), Status::CREATED);
 }
+
+#[tokio::test]
+async fn a_restore_is_the_runtimes_restore_and_runs_at_once() {
+    let f = fixture();
+    let options = CreateOptions {
+        restore: "/images".into(),
+        ..Default::default()
+    };
+    let pid = f.create_with("c1", options).await.unwrap();
+    assert_eq!(f.status("c1", ""), Status::RUNNING);
+    // Restored processes run already: Start reports the pid and calls nothing.
+    assert_eq!(f.tasks.start("c1", "").await.unwrap(), pid);
+    assert_eq!(f.runtime.calls(), vec!["restore c1"]);
+}
+
+fn checkpoint_options(work_path: &str) -> Any {
+    let mut any = Any::new();
+    any.type_url = protocol::CHECKPOINT_OPTIONS_TYPE_URL.to_string();
+    any.value = serde_json::to_vec(&protocol::CheckpointOptions {
+        work_path: work_path.into(),
+        timeout_ms: 0,
+    })
+    .unwrap();
+    any
+}
+
+#[tokio::test]
+async fn checkpoints_go_to_the_runtime_for_running_containers_only() {
+    let f = fixture();
+    let opts = checkpoint_options("/work");
+    // Unknown: NotFound, and the runtime is not asked.
+    let unknown = f.tasks.checkpoint("c0", "/img", Some(&opts)).await;
+    assert_eq!(code(unknown), Code::NOT_FOUND);
+    // Created, not started: nothing runs to dump.
+    f.create("c1").await;
+    let created = f.tasks.checkpoint("c1", "/img", Some(&opts)).await;
+    assert_eq!(code(created), Code::FAILED_PRECONDITION);
+    f.tasks.start("c1", "").await.unwrap();
+    // Bad requests name what is wrong.
+    let no_path = f.tasks.checkpoint("c1", "", Some(&opts)).await;
+    assert!(no_path.unwrap_err().message().contains("path"));
+    let no_work = f.tasks.checkpoint("c1", "/img", None).await;
+    assert!(no_work.unwrap_err().message().contains("work_path"));
+    assert!(!f
+        .runtime
+        .calls()
+        .iter()
+        .any(|c| c.starts_with("checkpoint")));
+
+    f.tasks.checkpoint("c1", "/img", Some(&opts)).await.unwrap();
+    assert_eq!(
+        f.runtime.calls().last().map(String::as_str),
+        Some("checkpoint c1 /img /work")
+    );
+    // A failed dump is the runtime's error; the container still runs.
+    f.runtime.fail_next("checkpoint", failed("checkpoint"));
+    assert!(f.tasks.checkpoint("c1", "/img", Some(&opts)).await.is_err());
+    assert_eq!(f.status("c1", ""), Status::RUNNING);
+}

@@ -35,7 +35,9 @@ use peapod_runtime::spec::{self, Spec};
 use peapod_runtime::{create, pause, Host};
 use residents::{ExecRequest, ResidentSlot};
 use runc_assisted::Assisted;
-use runtime_cli::{CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus};
+use runtime_cli::{
+    CheckpointCommand, CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -197,7 +199,9 @@ impl Backends {
         id: &str,
         cmd: CreateCommand<'_>,
     ) -> Result<(u32, Backend), RuntimeCliError> {
-        let Some(paths) = &self.native else {
+        let Some(paths) = self.native.as_ref().filter(|_| cmd.restore.is_none()) else {
+            // A restore is the runtime's alone (`runc restore`), and so is every later call
+            // on what it restored: runc holds its state.
             let pid = self.runtime.create(id, cmd).await?;
             return Ok((pid, Backend::runc()));
         };
@@ -386,6 +390,31 @@ impl Backends {
         }
     }
 
+    /// CRIU's dump of the container, which goes on running; only what runc created (or
+    /// restored) has the state `runc checkpoint` works from.
+    pub async fn checkpoint(
+        &self,
+        id: &str,
+        b: &Backend,
+        cmd: CheckpointCommand<'_>,
+    ) -> Result<(), Uncheckpointable> {
+        match &b.kind {
+            Kind::Runc | Kind::RuncAssisted(_) => self
+                .runtime
+                .checkpoint(id, cmd)
+                .await
+                .map_err(Uncheckpointable::Runtime),
+            Kind::NativePause(_) => Err(Uncheckpointable::Kind(format!(
+                "container {id} is a pod's pause, which is not checkpointed"
+            ))),
+            Kind::Native(_) => Err(Uncheckpointable::Kind(format!(
+                "container {id} was created by peapod-shim itself (runtime.create = \"native\"), \
+                 and runc can checkpoint only the containers it created: set runtime.create = \"runc\" \
+                 in peapod's configuration for checkpointable containers"
+            ))),
+        }
+    }
+
     /// The host pids of the container's processes.
     pub async fn ps(&self, id: &str, b: &Backend) -> Result<Vec<u32>, RuntimeCliError> {
         let mut pids = match &b.kind {
@@ -399,6 +428,13 @@ impl Backends {
         }
         Ok(pids)
     }
+}
+
+/// Why a checkpoint failed: a container no backend can dump, or the runtime's failure.
+#[derive(Debug)]
+pub enum Uncheckpointable {
+    Kind(String),
+    Runtime(RuntimeCliError),
 }
 
 impl NativePaths {
@@ -466,6 +502,7 @@ pub(crate) mod tests {
             io: ProcessIo::null(),
             start: true,
             native,
+            restore: None,
         }
     }
 

@@ -210,6 +210,7 @@ async fn blocking<T: Send + 'static>(
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => RuntimeCliError::Timeout {
             runtime: NAME.into(),
             command: "exec".into(),
+            limit: COMMAND_TIMEOUT,
         },
         _ => spawn_error(e),
     })

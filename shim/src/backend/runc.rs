@@ -4,8 +4,8 @@
 //! cannot hang the shim. Errors carry the runtime's own message and exit status.
 
 use super::runtime_cli::{
-    CreateCommand, ExecCommand, ProcessIo, RuntimeCli, RuntimeCliError, RuntimeStatus,
-    COMMAND_TIMEOUT,
+    CheckpointCommand, CreateCommand, ExecCommand, ProcessIo, RuntimeCli, RuntimeCliError,
+    RuntimeStatus, COMMAND_TIMEOUT,
 };
 use crate::reaper::Reaper;
 use async_trait::async_trait;
@@ -131,7 +131,8 @@ impl Runc {
         io: Option<ProcessIo>,
         log: Option<&Path>,
     ) -> Result<String, RuntimeCliError> {
-        self.run_as(&self.binary, command, cmd, io, log).await
+        self.run_as(&self.binary, command, cmd, io, log, COMMAND_TIMEOUT)
+            .await
     }
 
     /// [`Runc::run`] of another program with the runtime's conventions (a JSON `--log`, the
@@ -143,6 +144,7 @@ impl Runc {
         mut cmd: Command,
         io: Option<ProcessIo>,
         log: Option<&Path>,
+        limit: std::time::Duration,
     ) -> Result<String, RuntimeCliError> {
         let spawn_err = |source| RuntimeCliError::Spawn {
             runtime: program.to_string(),
@@ -166,7 +168,7 @@ impl Runc {
         let (pid, exit) = self.reaper.spawn(&mut cmd).map_err(spawn_err)?;
         // Close the parent's copies of the child's stdio now (pipes must see EOF later).
         drop(cmd);
-        let code = match tokio::time::timeout(COMMAND_TIMEOUT, exit).await {
+        let code = match tokio::time::timeout(limit, exit).await {
             Ok(code) => code.unwrap_or(255),
             Err(_) => {
                 // SAFETY: kill has no memory-safety preconditions.
@@ -174,6 +176,7 @@ impl Runc {
                 return Err(RuntimeCliError::Timeout {
                     runtime: program.to_string(),
                     command: command.to_string(),
+                    limit,
                 });
             }
         };
@@ -247,9 +250,17 @@ impl RuntimeCli for Runc {
     async fn create(&self, id: &str, c: CreateCommand<'_>) -> Result<u32, RuntimeCliError> {
         let log = c.bundle.join("runtime.log");
         let _ = std::fs::remove_file(&log);
-        let subcommand = if c.start { "run" } else { "create" };
+        let subcommand = match (c.restore, c.start) {
+            (Some(_), _) => "restore",
+            (None, true) => "run",
+            (None, false) => "create",
+        };
         let mut cmd = self.command(subcommand, Some(&log));
-        if c.start {
+        if let Some(images) = c.restore {
+            // CRIU's log and work files beside the images' copy, in the bundle.
+            cmd.arg("--detach").arg("--image-path").arg(images);
+            cmd.arg("--work-path").arg(c.bundle);
+        } else if c.start {
             cmd.arg("--detach");
         }
         cmd.arg("--bundle").arg(c.bundle);
@@ -339,6 +350,20 @@ impl RuntimeCli for Runc {
             .flatten()
             .unwrap_or_default())
     }
+
+    async fn checkpoint(&self, id: &str, c: CheckpointCommand<'_>) -> Result<(), RuntimeCliError> {
+        let log = c.work_path.join("runtime.log");
+        let _ = std::fs::remove_file(&log);
+        let mut cmd = self.command("checkpoint", Some(&log));
+        // The kubelet's /checkpoint is forensic: the container goes on as if nothing happened.
+        cmd.arg("--leave-running");
+        cmd.arg("--image-path").arg(c.image_path);
+        cmd.arg("--work-path").arg(c.work_path);
+        cmd.arg(id);
+        self.run_as(&self.binary, "checkpoint", cmd, None, Some(&log), c.timeout)
+            .await
+            .map(drop)
+    }
 }
 
 #[cfg(test)]
@@ -415,7 +440,7 @@ case "$cmd" in
     [ -f "$dir/state-$id" ] || { echo "no such container" >&2; exit 1; }
     cat "$dir/state-$id" ;;
   list) cat "$dir/list" ;;
-  create|run|exec)
+  create|run|exec|restore)
     while [ $# -gt 0 ]; do
       case "$1" in
         --pid-file) [ -f "$dir/no-pid" ] || echo 4242 > "$2"; shift 2 ;;
@@ -488,6 +513,7 @@ exit 0
             io: ProcessIo::null(),
             start,
             native: false,
+            restore: None,
         };
         assert_eq!(runc.create("c1", create(true)).await.unwrap(), 4242);
         let root = dir.path().join("root");
@@ -501,6 +527,44 @@ exit 0
                 bundle.display(),
                 pid_file.display()
             )]
+        );
+        // A restore: `restore --detach` from the images, CRIU's files in the bundle.
+        let images = dir.path().join("images");
+        let restore = CreateCommand {
+            restore: Some(&images),
+            ..create(false)
+        };
+        assert_eq!(runc.create("c2", restore).await.unwrap(), 4242);
+        assert_eq!(
+            calls(dir.path())[1],
+            format!(
+                "--root {} --log {} --log-format json restore --detach --image-path {} --work-path {} --bundle {} --pid-file {} c2",
+                root.display(),
+                log.display(),
+                images.display(),
+                bundle.display(),
+                bundle.display(),
+                pid_file.display()
+            )
+        );
+        // A checkpoint leaves the container running, its log in the work path.
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let dump = CheckpointCommand {
+            image_path: &images,
+            work_path: &work,
+            timeout: COMMAND_TIMEOUT,
+        };
+        runc.checkpoint("c2", dump).await.unwrap();
+        assert_eq!(
+            calls(dir.path())[2],
+            format!(
+                "--root {} --log {} --log-format json checkpoint --leave-running --image-path {} --work-path {} c2",
+                root.display(),
+                work.join("runtime.log").display(),
+                images.display(),
+                work.display(),
+            )
         );
         std::fs::remove_file(&pid_file).unwrap();
         std::fs::write(dir.path().join("no-pid"), "").unwrap();

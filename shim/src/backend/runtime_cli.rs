@@ -23,8 +23,12 @@ pub enum RuntimeCliError {
         exit_status: i32,
         message: String,
     },
-    #[error("{runtime} {command} did not finish within {COMMAND_TIMEOUT:?}")]
-    Timeout { runtime: String, command: String },
+    #[error("{runtime} {command} did not finish within {limit:?}")]
+    Timeout {
+        runtime: String,
+        command: String,
+        limit: std::time::Duration,
+    },
     #[error("cannot run {runtime}: {source}")]
     Spawn {
         runtime: String,
@@ -137,6 +141,19 @@ pub struct CreateCommand<'a> {
     pub start: bool,
     /// Started by the shim itself where it can (a pod's pause: [`super::native`]).
     pub native: bool,
+    /// Restored from these CRIU images (`restore --detach`) instead of created: it runs
+    /// once this returns, as with `start`.
+    pub restore: Option<&'a Path>,
+}
+
+/// What `checkpoint` needs besides the container id.
+pub struct CheckpointCommand<'a> {
+    /// Where CRIU's images go (made if missing).
+    pub image_path: &'a Path,
+    /// Where CRIU's log and work files go.
+    pub work_path: &'a Path,
+    /// The longest the dump may take.
+    pub timeout: std::time::Duration,
 }
 
 pub struct ExecCommand<'a> {
@@ -169,4 +186,8 @@ pub trait RuntimeCli: Send + Sync {
     async fn resume(&self, id: &str) -> Result<(), RuntimeCliError>;
     /// The host pids of the container's processes.
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeCliError>;
+    /// CRIU's dump of the container's processes, which go on running (`checkpoint
+    /// --leave-running`): a failed dump leaves them running too.
+    async fn checkpoint(&self, id: &str, cmd: CheckpointCommand<'_>)
+        -> Result<(), RuntimeCliError>;
 }
