@@ -43,6 +43,8 @@ pub struct Effects {
     /// Whether pods can have their own user namespace here (`peapod_host::userns::probe`:
     /// a user namespace owning a network namespace, an overlay of idmapped layers), or why not.
     pub user_namespaces: std::result::Result<(), String>,
+    /// Whether CRIU works here (checked at the first checkpoint or restore).
+    pub criu: Arc<dyn crate::checkpoint::CriuCheck>,
 }
 
 pub struct Daemon {
@@ -97,6 +99,10 @@ fn prepare_dirs(config: &Config) -> Result<()> {
     for dir in ["sandboxes", "containers", "netns", "s", "runc"] {
         mkdir(&config.state.join(dir), 0o711)?;
     }
+    // Checkpoint archives a daemon that died mid-restore had unpacked: no create wants them.
+    let restoring = crate::container::restore_staging_root(&config.root);
+    peapod_host::fs::remove_dir_all_if_exists(&restoring)
+        .map_err(|e| Error::path("remove", &restoring, e))?;
     Ok(())
 }
 
@@ -169,6 +175,7 @@ impl Daemon {
             },
             nri: NriRuntime::start(&config.nri)?,
             user_namespaces: probe_user_namespaces(&config.root).await,
+            criu: Arc::new(crate::checkpoint::Criu::new("criu")),
         };
         let daemon = Daemon::assemble(config, images, network, effects)?;
         daemon.pods.recover().await;
@@ -219,6 +226,7 @@ impl Daemon {
             nri: effects.nri.clone(),
             handlers: handlers.clone(),
             cdi: crate::cdi::CdiDirs::new(&config.cdi),
+            criu: effects.criu.clone(),
         }));
         let sandboxes = Arc::new(SandboxService::new(SandboxDeps {
             sandboxes: sandbox_records,

@@ -20,6 +20,11 @@ pub trait Images: Send + Sync {
     async fn remove_rootfs(&self, owner_id: &str, target: &Path) -> Result<()>;
     /// The owners that have a root filesystem (for the start-up sweep of orphans).
     fn rootfs_ids(&self) -> Vec<String>;
+    /// The writable directory of `owner_id`'s root filesystem (what it changed in its
+    /// image), if it has one; a checkpoint archives it.
+    fn upper_dir(&self, _owner_id: &str) -> Option<std::path::PathBuf> {
+        None
+    }
     /// Registers an image made of `files` (path, bytes, mode) under `name`, pinned.
     async fn add_pinned_local_image(
         &self,
@@ -42,6 +47,10 @@ impl Images for peapod_image::Store {
 
     async fn remove_rootfs(&self, owner_id: &str, target: &Path) -> Result<()> {
         Ok(peapod_image::Store::remove_rootfs(self, owner_id, target).await?)
+    }
+
+    fn upper_dir(&self, owner_id: &str) -> Option<std::path::PathBuf> {
+        peapod_image::Store::upper_dir(self, owner_id)
     }
 
     fn rootfs_ids(&self) -> Vec<String> {

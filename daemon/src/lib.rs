@@ -19,7 +19,9 @@
 //!    shim: `Shim`, `Shims`, their ttrpc client), `network/` (`PodNetwork`: CNI ADD/DEL;
 //!    resolv.conf/hosts), `host_ops/` (`HostOps`: netns pinning, /dev/shm, a pod user
 //!    namespace's ownership and idmapped binds), `nri/` (`Nri`: the NRI plugins), `images`
-//!    (`Images`: the image store as the lifecycle uses it), `stats::ProcessStats`; and what
+//!    (`Images`: the image store as the lifecycle uses it), `stats::ProcessStats`,
+//!    `checkpoint/` (checkpoint archives: their layout, writing and safe unpacking, the root
+//!    filesystem's changes, and `CriuCheck`: whether CRIU works here); and what
 //!    they keep: `store/` (persisted records of sandboxes and containers, their tables, name
 //!    reservation, their CRI messages), `events` (the GetContainerEvents publisher), `cdi`
 //!    (the CDI spec files of `[cdi] spec_dirs`, read for a create that asks for devices);
@@ -56,7 +58,9 @@
 //! | ContainerStats, ListContainerStats, PodSandboxStats, ListPodSandboxStats | `stats.rs` | `stats/mod.rs` (+ `cgroup.rs`) |
 //! | ListMetricDescriptors, ListPodSandboxMetrics | `stats.rs` | `stats/cri_metrics.rs` (+ `cadvisor.rs`) |
 //! | GetContainerEvents | `events.rs` | there; `events.rs` (the publisher) |
-//! | CheckpointContainer, CheckpointPod, RestorePod | `unimplemented.rs` | UNIMPLEMENTED |
+//! | CheckpointContainer | `container.rs` | `container/checkpoint.rs` (+ `checkpoint/`: the archive, the rootfs diff, `criu check`) |
+//! | (restore) | `container.rs` | CreateContainer of an archive's path: `container/restore.rs`, then StartContainer |
+//! | CheckpointPod, RestorePod | `unimplemented.rs` | UNIMPLEMENTED |
 //! | ListImages, ImageStatus, PullImage, RemoveImage, ImageFsInfo | `image.rs` | there, over `peapod-image` |
 //! | StreamPodSandboxes, StreamContainers, StreamImages | `sandbox.rs`, `container.rs`, `image.rs` | the List call's, then `list_stream.rs` (batches) |
 //! | StreamContainerStats, StreamPodSandboxStats, StreamPodSandboxMetrics | `stats.rs` | the List call's, then `list_stream.rs` |
@@ -68,6 +72,7 @@ pub mod apparmor;
 pub mod blocking;
 pub mod cdi;
 pub mod cgroups;
+pub mod checkpoint;
 pub mod config;
 pub mod container;
 pub mod daemon;

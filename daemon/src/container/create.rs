@@ -25,6 +25,12 @@ pub struct CreateContainer {
     pub sandbox_config: Option<PodSandboxConfig>,
 }
 
+/// What a create makes the container from: the config, and the checkpoint it restores.
+struct ToMake {
+    config: ContainerConfig,
+    restore: Option<super::restore::Restore>,
+}
+
 /// What a create has made so far, for the failure path.
 #[derive(Default)]
 struct Made {
@@ -90,6 +96,15 @@ impl ContainerService {
         let sandbox = self.sandboxes.read().resolve(&req.sandbox_id)?;
         let srec = sandbox.get();
         ready(&srec)?;
+        // A checkpoint archive for an image: unpacked and checked before anything is made,
+        // and the container made from the config it was checkpointed with.
+        let (restore, made_from) = match super::restore::archive_of(&req.config) {
+            Some(archive) => {
+                let (restore, config) = self.prepare_restore(archive, &req.config)?;
+                (Some(restore), config)
+            }
+            None => (None, req.config.clone()),
+        };
         let name = name_of(&req.config, &srec.config);
         let digest = names::digest(&(&srec.id, &req.config));
         loop {
@@ -111,13 +126,16 @@ impl ContainerService {
                 }
                 Claim::New(settle) => {
                     let rt = self.clone();
-                    let (sandbox, config) = (sandbox.clone(), req.config.clone());
+                    let (sandbox, config) = (sandbox.clone(), made_from);
                     return crate::detached::run_to_completion(async move {
                         // Shared with other creates, exclusive with Stop/RemovePodSandbox: a
                         // create racing a removal of its pod cannot leave a container behind.
                         let _pod = sandbox.members.read().await;
                         let result = match rt.sandbox_still_ready(&sandbox) {
-                            Ok(srec) => rt.create_reserved(&id, &name, digest, &srec, config).await,
+                            Ok(srec) => {
+                                let to_make = ToMake { config, restore };
+                                rt.create_reserved(&id, &name, digest, &srec, to_make).await
+                            }
                             Err(e) => {
                                 rt.containers.write().names.release(&name, &id);
                                 Err(e)
@@ -152,14 +170,14 @@ impl ContainerService {
         name: &str,
         digest: u64,
         srec: &SandboxRecord,
-        config: ContainerConfig,
+        to_make: ToMake,
     ) -> Result<String> {
         // The call's span (server::rpc) has a field for the id it did not know yet.
         tracing::Span::current().record("container", id);
         let started = std::time::Instant::now();
         let mut made = Made::default();
         match self
-            .make_container(id, name, digest, srec, config, &mut made)
+            .make_container(id, name, digest, srec, to_make, &mut made)
             .await
         {
             Ok((entry, runtime_create)) => {
@@ -240,9 +258,13 @@ impl ContainerService {
         name: &str,
         digest: u64,
         srec: &SandboxRecord,
-        mut config: ContainerConfig,
+        to_make: ToMake,
         made: &mut Made,
     ) -> Result<(Arc<Container>, std::time::Duration)> {
+        let ToMake {
+            mut config,
+            restore,
+        } = to_make;
         // The runtime's create moves the container's init into its cgroup 8-12 ms from here
         // (the shim's helper 1-2 ms after its start, after the rootfs, spec and records
         // below; `runc create` about 10 ms after its own). The kernel's wait before the first
@@ -346,6 +368,9 @@ impl ContainerService {
             .instrument(tracing::debug_span!("rootfs", image = %image.id))
             .await?;
         made.rootfs = Some(rootfs.clone());
+        if let Some(restore) = &restore {
+            self.apply_restore(restore, &rootfs, &root_dir)?;
+        }
         crate::failpoint::hit("container.create.after-rootfs").await;
         let mut spec_config = self
             .prepare_image_volumes(
@@ -432,36 +457,25 @@ impl ContainerService {
             .and_then(|p| p.user().additional_gids().clone())
             .unwrap_or_else(|| user.additional_gids.clone());
         let shim = self.shims.get(&srec.id).await?;
+        // A restore's task is made by its start (`runc restore` runs the processes at once).
+        let runtime_create = restore.is_none();
         // What ContainerStatus reports, and the intent (a record in `Creating` may have a task
         // in the runtime: the cleanup deletes it), in one write.
-        made.shim_task = true;
+        made.shim_task = runtime_create;
         entry.update_step(|r| {
             r.uid = user.uid;
             r.gid = user.gid;
             r.supplemental_groups = supplemental_groups;
             r.config = config;
-            r.runtime_create_sent = true;
+            r.runtime_create_sent = runtime_create;
         })?;
+        if !runtime_create {
+            entry.update(|r| r.state = ContainerState::Created)?;
+            return Ok((entry, std::time::Duration::ZERO));
+        }
         let rec = entry.get();
-        let task = NewTask {
-            id,
-            bundle: &bundle,
-            terminal: rec.config.tty,
-            options: CreateOptions {
-                log_path,
-                stdin: rec.config.stdin,
-                stdin_once: rec.config.stdin_once,
-                exit_file: exit_file.to_string_lossy().into_owned(),
-                attach_socket: self
-                    .shims
-                    .attach_socket_path(id)
-                    .to_string_lossy()
-                    .into_owned(),
-                // The kubelet starts containers with StartContainer, in its own order.
-                start: false,
-                native: false,
-            },
-        };
+        // The kubelet starts containers with StartContainer, in its own order.
+        let task = self.init_task(&rec, None);
         let runtime_started = std::time::Instant::now();
         let pid = shim.create(&task).await?;
         let runtime_create = runtime_started.elapsed();
@@ -471,6 +485,36 @@ impl ContainerService {
             r.state = ContainerState::Created;
         })?;
         Ok((entry, runtime_create))
+    }
+
+    /// The Task API create of a container's own process: created for StartContainer to
+    /// start, or, with `restore` (CRIU's images), restored and running at once.
+    pub(super) fn init_task<'a>(
+        &self,
+        rec: &'a ContainerRecord,
+        restore: Option<&Path>,
+    ) -> NewTask<'a> {
+        NewTask {
+            id: &rec.id,
+            bundle: &rec.bundle,
+            terminal: rec.config.tty,
+            options: CreateOptions {
+                log_path: rec.log_path.clone(),
+                stdin: rec.config.stdin,
+                stdin_once: rec.config.stdin_once,
+                exit_file: rec.exit_file.to_string_lossy().into_owned(),
+                attach_socket: self
+                    .shims
+                    .attach_socket_path(&rec.id)
+                    .to_string_lossy()
+                    .into_owned(),
+                start: restore.is_some(),
+                native: false,
+                restore: restore
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            },
+        }
     }
 
     /// For PID namespace TARGET: the target container's pid (it must be in the same pod).

@@ -8,6 +8,9 @@
 
 #[cfg(test)]
 mod cdi_tests;
+mod checkpoint;
+#[cfg(test)]
+mod checkpoint_tests;
 mod create;
 mod exit;
 #[cfg(test)]
@@ -24,6 +27,7 @@ mod process;
 mod recover;
 mod remove;
 mod reopen_log;
+mod restore;
 mod start;
 mod status;
 mod stop;
@@ -41,9 +45,11 @@ use crate::store::container::{ContainerRecord, ContainerRecords};
 use crate::store::sandbox::SandboxRecords;
 use std::sync::Arc;
 
+pub use checkpoint::CheckpointContainer;
 pub use create::CreateContainer;
 pub use nri_updates::NriUpdates;
 pub use recover::ContainerRecovery;
+pub use restore::staging_root as restore_staging_root;
 pub use status::verbose_info;
 
 /// The container calls, over the container records and the services they use.
@@ -71,6 +77,8 @@ pub struct ContainerService {
     handlers: Arc<crate::runtime_handlers::RuntimeHandlers>,
     /// Where the CDI spec files are, read for a create that asks for CDI devices.
     cdi: crate::cdi::CdiDirs,
+    /// Whether CRIU works here, for checkpoints and restores.
+    criu: Arc<dyn crate::checkpoint::CriuCheck>,
 }
 
 /// What a [`ContainerService`] is made of.
@@ -88,6 +96,7 @@ pub struct ContainerDeps {
     pub nri: Arc<dyn crate::nri::Nri>,
     pub handlers: Arc<crate::runtime_handlers::RuntimeHandlers>,
     pub cdi: crate::cdi::CdiDirs,
+    pub criu: Arc<dyn crate::checkpoint::CriuCheck>,
 }
 
 impl ContainerService {
@@ -107,6 +116,7 @@ impl ContainerService {
             processes: Default::default(),
             handlers: d.handlers,
             cdi: d.cdi,
+            criu: d.criu,
         }
     }
 

@@ -96,6 +96,10 @@ impl ContainerService {
             // happened while the daemon was down comes with its code and time).
             return Reconciled::AsRecorded;
         }
+        if self.pending_restore(&rec).is_some() {
+            // A restore's task is made at its start: none yet is as recorded.
+            return Reconciled::AsRecorded;
+        }
         let Ok(shim) = self.shims.get(&rec.sandbox_id).await else {
             return Reconciled::AsRecorded;
         };

@@ -2,10 +2,11 @@
 
 use super::ContainerService;
 use crate::error::{Error, Result};
-use crate::store::container::{Container, ContainerState};
+use crate::store::container::{Container, ContainerRecord, ContainerState};
 use containerd_shim_protos::types::task::Status;
 use peapod_host::timefmt;
 use peapod_proto::v1::ContainerEventType;
+use std::path::Path;
 use std::sync::Arc;
 
 impl ContainerService {
@@ -16,6 +17,25 @@ impl ContainerService {
         let c = self.containers.read().resolve(id)?;
         let rt = self.clone();
         crate::detached::run_to_completion(async move { rt.start_resolved(c).await }).await
+    }
+
+    /// A restored container's start: its processes restored from CRIU's images (the shim's
+    /// create with `restore`, which runs them at once), then the images removed.
+    async fn restore_task(&self, rec: &ContainerRecord, images: &Path) -> Result<u32> {
+        self.criu_usable()?;
+        let shim = self.shims.get(&rec.sandbox_id).await?;
+        let restored = std::time::Instant::now();
+        shim.create(&self.init_task(rec, Some(images))).await?;
+        let pid = shim.start(&rec.id, "").await?;
+        tracing::info!(
+            restore_ms = restored.elapsed().as_millis() as u64,
+            pid,
+            "container restored from its checkpoint"
+        );
+        if let Err(e) = peapod_host::fs::remove_dir_all_if_exists(images) {
+            tracing::warn!(error = %e, "removing a restored checkpoint's images");
+        }
+        Ok(pid)
     }
 
     async fn start_resolved(self: &Arc<Self>, c: Arc<Container>) -> Result<()> {
@@ -36,7 +56,11 @@ impl ContainerService {
         // Taken before the start: a process that exits at once must not finish before it
         // started.
         let started_at = timefmt::now_ns();
-        let started = match shim.start(&rec.id, "").await {
+        let started = match self.pending_restore(&rec) {
+            Some(images) => self.restore_task(&rec, &images).await,
+            None => shim.start(&rec.id, "").await,
+        };
+        let started = match started {
             // A start sent by a daemon that died before recording it may have landed since:
             // the container runs, and that is this call's success.
             Err(err) => match shim.state(&rec.id, "").await {

@@ -1,8 +1,9 @@
 //! CreateContainer, StartContainer, StopContainer, RemoveContainer, ListContainers,
-//! ContainerStatus, UpdateContainerResources, ReopenContainerLog, StreamContainers.
+//! ContainerStatus, UpdateContainerResources, ReopenContainerLog, StreamContainers,
+//! CheckpointContainer.
 
 use super::list_stream::{self, ListStream};
-use crate::container::CreateContainer;
+use crate::container::{CheckpointContainer, CreateContainer};
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
 use peapod_proto::v1 as cri;
@@ -25,6 +26,22 @@ pub async fn create_container(
         })
         .await?;
     Ok(cri::CreateContainerResponse { container_id: id })
+}
+
+pub async fn checkpoint_container(
+    daemon: &Arc<Daemon>,
+    req: cri::CheckpointContainerRequest,
+) -> Result<cri::CheckpointContainerResponse> {
+    super::required("container_id", &req.container_id)?;
+    daemon
+        .containers
+        .checkpoint_container(CheckpointContainer {
+            container_id: req.container_id,
+            location: req.location,
+            timeout: req.timeout,
+        })
+        .await?;
+    Ok(cri::CheckpointContainerResponse {})
 }
 
 pub async fn start_container(

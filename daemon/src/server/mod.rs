@@ -328,7 +328,7 @@ impl RuntimeService for CriService {
         r: Request<cri::CheckpointContainerRequest>,
     ) -> RpcResult<cri::CheckpointContainerResponse> {
         rpc("CheckpointContainer", r, |req| {
-            std::future::ready(unimplemented::checkpoint_container(&self.daemon, req))
+            container::checkpoint_container(&self.daemon, req)
         })
         .await
     }

@@ -1,6 +1,7 @@
-//! The calls peapod does not implement yet: CheckpointContainer, CheckpointPod and RestorePod
-//! (all need CRIU). They answer Unimplemented, naming the call and what is missing, without
-//! looking at the request: nothing is checked, made or changed.
+//! The calls peapod does not implement yet: CheckpointPod and RestorePod (a whole pod's
+//! checkpoint; a container's is `container.rs`'s CheckpointContainer). They answer
+//! Unimplemented, naming the call and what is missing, without looking at the request:
+//! nothing is checked, made or changed.
 
 use crate::daemon::Daemon;
 use crate::error::{Error, Result};
@@ -10,13 +11,6 @@ fn unimplemented<T>(what: &str) -> Result<T> {
     Err(Error::unimplemented(format!(
         "{what} is not implemented yet"
     )))
-}
-
-pub fn checkpoint_container(
-    _rt: &Daemon,
-    _req: cri::CheckpointContainerRequest,
-) -> Result<cri::CheckpointContainerResponse> {
-    unimplemented("CheckpointContainer: container checkpointing (CRIU)")
 }
 
 pub fn checkpoint_pod(

@@ -1,6 +1,6 @@
 //! The ttrpc client of one shim: the Task API calls and peapod's extension.
 
-use super::{ExecIo, Exit, NewTask, ProcessState, Shim};
+use super::{Dump, ExecIo, Exit, NewTask, ProcessState, Shim};
 use crate::error::{Code, Error, Result};
 use async_trait::async_trait;
 use containerd_shim_protos::api;
@@ -254,6 +254,28 @@ impl Shim for ShimClient {
             .update(ctx(Some(CALL_TIMEOUT)), &req)
             .await
             .map_err(|e| map_err("update", e))?;
+        Ok(())
+    }
+
+    async fn checkpoint(&self, id: &str, dump: &Dump<'_>) -> Result<()> {
+        let mut req = api::CheckpointTaskRequest::new();
+        req.id = id.into();
+        req.path = dump.images.to_string_lossy().into_owned();
+        let options = protocol::CheckpointOptions {
+            work_path: dump.work.to_string_lossy().into_owned(),
+            timeout_ms: dump.timeout.as_millis() as u64,
+        };
+        let mut any = Any::new();
+        any.type_url = protocol::CHECKPOINT_OPTIONS_TYPE_URL.into();
+        any.value = serde_json::to_vec(&options)
+            .map_err(|e| Error::new(Code::Internal, format!("checkpoint options: {e}")))?;
+        req.options = MessageField::some(any);
+        // The shim kills a dump at its timeout; this call waits a little longer for its answer.
+        let deadline = dump.timeout + Duration::from_secs(15);
+        self.task
+            .checkpoint(ctx(Some(deadline.max(CALL_TIMEOUT))), &req)
+            .await
+            .map_err(|e| map_err("checkpoint", e))?;
         Ok(())
     }
 

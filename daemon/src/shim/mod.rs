@@ -33,6 +33,9 @@ pub trait Shim: Send + Sync {
         -> Result<()>;
     async fn update(&self, id: &str, resources_json: Vec<u8>) -> Result<()>;
     async fn resize(&self, id: &str, exec_id: &str, width: u32, height: u32) -> Result<()>;
+    /// CRIU's dump of a running container into `images` (its log and work files in `work`),
+    /// within `timeout`; the container goes on running, whether the dump succeeds or not.
+    async fn checkpoint(&self, id: &str, dump: &Dump<'_>) -> Result<()>;
     /// peapod's extension: reopen a container's log file after rotation.
     async fn reopen_log(&self, id: &str) -> Result<()>;
     /// Shuts the shim down and returns once its process has exited, so that callers (and
@@ -54,6 +57,14 @@ pub struct NewTask<'a> {
     /// The process gets a terminal.
     pub terminal: bool,
     pub options: CreateOptions,
+}
+
+/// Where a checkpoint's dump goes, and how long it may take.
+#[derive(Debug, Clone)]
+pub struct Dump<'a> {
+    pub images: &'a Path,
+    pub work: &'a Path,
+    pub timeout: Duration,
 }
 
 /// Where an exec'd process's stdio goes (FIFO paths; empty for none).

@@ -227,6 +227,16 @@ impl FakeShim {
 impl Shim for FakeShim {
     async fn create(&self, task: &NewTask<'_>) -> Result<u32> {
         self.pass("shim.create").await?;
+        if !task.options.restore.is_empty() {
+            // A restore: `shim.restore` too, from images that must be there.
+            self.pass("shim.restore").await?;
+            if !Path::new(&task.options.restore)
+                .join("inventory.img")
+                .is_file()
+            {
+                return Err(Error::internal("restore: no CRIU images"));
+            }
+        }
         let pid = self.add_task(task.id, "")?;
         if task.options.start {
             self.set_running(task.id, "")?;
@@ -320,6 +330,20 @@ impl Shim for FakeShim {
 
     async fn resize(&self, _id: &str, _exec_id: &str, _w: u32, _h: u32) -> Result<()> {
         self.check("shim.resize")
+    }
+
+    /// A running task's "dump": one image file, as CRIU's inventory, in `dump.images`.
+    async fn checkpoint(&self, id: &str, dump: &crate::shim::Dump<'_>) -> Result<()> {
+        self.pass("shim.checkpoint").await?;
+        let state = self.state(id, "").await?;
+        if state.status != Status::RUNNING {
+            return Err(Error::failed_precondition(format!(
+                "task {id} is not running"
+            )));
+        }
+        std::fs::create_dir_all(dump.images)
+            .and_then(|()| std::fs::write(dump.images.join("inventory.img"), id))
+            .map_err(|e| Error::path("write", dump.images, e))
     }
 
     async fn reopen_log(&self, id: &str) -> Result<()> {
@@ -628,6 +652,22 @@ pub struct FakeImages {
     rootfs: Mutex<HashMap<String, PathBuf>>,
 }
 
+/// CRIU as the tests want it: usable, unless `criu.check` is told to fail.
+pub struct FakeCriu(pub Arc<Faults>);
+
+impl crate::checkpoint::CriuCheck for FakeCriu {
+    fn usable(&self) -> std::result::Result<(), String> {
+        self.0.check("criu.check").map_err(|e| e.to_string())
+    }
+}
+
+impl FakeImages {
+    /// The faults its calls obey (shared by every fake of one harness).
+    pub fn faults(&self) -> Arc<Faults> {
+        self.faults.clone()
+    }
+}
+
 /// The image every fake store has.
 pub const IMAGE: &str = "busybox:latest";
 
@@ -703,6 +743,11 @@ impl Images for FakeImages {
 
     fn rootfs_ids(&self) -> Vec<String> {
         self.rootfs_owners().into_iter().collect()
+    }
+
+    /// The fake root filesystem is a plain directory: all of it is the container's writing.
+    fn upper_dir(&self, owner_id: &str) -> Option<PathBuf> {
+        lock(&self.rootfs).get(owner_id).cloned()
     }
 
     async fn add_pinned_local_image(

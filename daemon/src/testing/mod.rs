@@ -110,6 +110,7 @@ impl Harness {
             nri: nri.clone(),
             // The fakes do what a host that can would do.
             user_namespaces: Ok(()),
+            criu: Arc::new(fakes::FakeCriu(images.faults())),
         };
         let rt = Daemon::assemble(config, store, cni, effects).expect("the daemon");
         rt.pods.recover().await;

@@ -210,6 +210,27 @@ impl Store {
         self.inner().containers.keys().cloned().collect()
     }
 
+    /// The writable (upper) directory of container `container_id`'s root filesystem: what
+    /// the container changed in its image. None for an unknown owner, a read-only root
+    /// filesystem, or one without a directory of its own.
+    pub fn upper_dir(&self, container_id: &str) -> Option<PathBuf> {
+        validate_container_id(container_id).ok()?;
+        if self
+            .inner()
+            .containers
+            .get(container_id)
+            .is_none_or(|c| c.readonly)
+        {
+            return None;
+        }
+        let upper = self
+            .root
+            .join("containers")
+            .join(container_id)
+            .join("upper");
+        upper.is_dir().then_some(upper)
+    }
+
     /// Bytes and inodes used by a container's writable layer (None if the
     /// container has no rootfs here). Walks the directory: call it from a
     /// blocking-friendly context for big layers.
