@@ -29,9 +29,32 @@ pub fn cgroups_path(driver: CgroupDriver, parent: &str, id: &str) -> String {
     }
 }
 
+/// The cgroup directory (from the hierarchy's root) a `cgroupsPath` of `driver` names: the
+/// path itself with cgroupfs, the scope's directory with systemd.
+pub fn cgroup_dir(driver: CgroupDriver, cgroups_path: &str) -> Option<String> {
+    match driver {
+        CgroupDriver::Cgroupfs => Some(cgroups_path.to_string()),
+        CgroupDriver::Systemd => peapod_host::systemd::scope_of(cgroups_path).map(|(_, p)| p),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directories_per_driver() {
+        use CgroupDriver::{Cgroupfs, Systemd};
+        assert_eq!(
+            cgroup_dir(Cgroupfs, "/kubepods/pod1/abc").as_deref(),
+            Some("/kubepods/pod1/abc")
+        );
+        assert_eq!(
+            cgroup_dir(Systemd, "kubepods-pod1.slice:peapod:abc").as_deref(),
+            Some("/kubepods.slice/kubepods-pod1.slice/peapod-abc.scope")
+        );
+        assert_eq!(cgroup_dir(Systemd, "not-systemd"), None);
+    }
 
     #[test]
     fn paths_per_driver() {

@@ -446,6 +446,9 @@ impl ContainerService {
             config: &config,
         };
         self.nri.create_container(new, &mut spec).await?;
+        if restore.is_some() {
+            self.point_criu_at_cgroup(&mut spec, &bundle, &cgroups_path)?;
+        }
         crate::runtime_spec::write_config(&bundle, &spec)?;
         self.processes.remember(id, &spec);
 

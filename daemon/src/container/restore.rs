@@ -18,6 +18,11 @@ use crate::store::container::ContainerRecord;
 use peapod_proto::v1::{ContainerConfig, ImageSpec, LinuxContainerConfig};
 use std::path::{Path, PathBuf};
 
+/// runc's annotation naming a CRIU configuration file for the container's dump and restore.
+const CRIU_CONFIG_ANNOTATION: &str = "org.criu.config";
+/// The restored container's CRIU configuration, in its bundle.
+const CRIU_CONF: &str = "criu-restore.conf";
+
 /// The archive a CreateContainer names, if its image is a path.
 pub(super) fn archive_of(config: &ContainerConfig) -> Option<&str> {
     config
@@ -115,6 +120,35 @@ impl ContainerService {
             let images = images_dir(container_root_dir);
             std::fs::rename(&r.images, &images).map_err(|e| Error::path("move", &images, e))
         })
+    }
+
+    /// Points CRIU, through runc's `org.criu.config` annotation, at a configuration file in
+    /// the bundle that restores the processes into this container's cgroup. runc 1.1 (Debian
+    /// 12's) leaves them in the checkpointed container's cgroup path, made again, where
+    /// neither its `kill --all` nor the systemd scope finds them; CRIU's `cgroup-root` moves
+    /// them. (Clients cannot set `org.criu.*` annotations: peapod-spec drops them.)
+    pub(super) fn point_criu_at_cgroup(
+        &self,
+        spec: &mut oci_spec::runtime::Spec,
+        bundle: &Path,
+        cgroups_path: &str,
+    ) -> Result<()> {
+        let dir =
+            crate::cgroups::cgroup_dir(self.cgroup_driver, cgroups_path).ok_or_else(|| {
+                Error::internal(format!(
+                    "no cgroup directory for cgroupsPath {cgroups_path:?}"
+                ))
+            })?;
+        let conf = bundle.join(CRIU_CONF);
+        std::fs::write(&conf, format!("cgroup-root {dir}\n"))
+            .map_err(|e| Error::path("write", &conf, e))?;
+        let mut annotations = spec.annotations().clone().unwrap_or_default();
+        annotations.insert(
+            CRIU_CONFIG_ANNOTATION.into(),
+            conf.to_string_lossy().into_owned(),
+        );
+        spec.set_annotations(Some(annotations));
+        Ok(())
     }
 
     /// The images a created container is to be restored from, if it is a restore.
