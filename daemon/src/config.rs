@@ -42,6 +42,8 @@ exec = "native"
 # How app containers are created: "native" (the shim makes the container itself, a few
 # milliseconds, where the spec allows: runc as the runtime, `exec = "native"`, a cgroup v1 or
 # hybrid host, no user namespace, hooks or terminal) or "runc" (always `<runtime> create`).
+# CheckpointContainer needs "runc": `runc checkpoint` dumps only what runc created (CRIU is
+# found on PATH and asked once, `criu check`, whether it works on this host).
 create = "native"
 
 # Further runtime handlers: a pod chooses one by name through RunPodSandbox's runtime_handler

@@ -202,7 +202,7 @@ mod tests {
     use super::*;
 
     /// A complete unpacked archive in `dir`.
-    pub(crate) fn write_complete(dir: &Path) {
+    fn write_complete(dir: &Path) {
         std::fs::create_dir_all(dir.join(CHECKPOINT_DIR)).unwrap();
         std::fs::write(dir.join(CHECKPOINT_DIR).join(CRIU_INVENTORY), "x").unwrap();
         let dump = ConfigDump {
@@ -238,7 +238,8 @@ mod tests {
 
     #[test]
     fn each_bad_entry_is_named() {
-        let cases: Vec<(&str, Box<dyn Fn(&Path)>)> = vec![
+        type Spoil = Box<dyn Fn(&Path)>;
+        let cases: Vec<(&str, Spoil)> = vec![
             (
                 "checkpoint/",
                 Box::new(|d: &Path| std::fs::remove_dir_all(d.join(CHECKPOINT_DIR)).unwrap()),

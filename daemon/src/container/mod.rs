@@ -1,6 +1,7 @@
 //! Application containers: [`ContainerService`] owns the container records and serves the
 //! container calls, one file per call (create, start, stop, remove, status, list,
-//! update_resources, reopen_log); `exit` follows each running container to its end.
+//! update_resources, reopen_log, checkpoint; restore: the create and start of a checkpoint
+//! archive's container); `exit` follows each running container to its end.
 //!
 //! The OCI spec itself comes from the pure `peapod-spec` crate; CreateContainer gathers its
 //! inputs (sandbox, image, user, rootfs, host facts), hands the bundle to the pod's shim and
