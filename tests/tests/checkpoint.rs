@@ -214,6 +214,16 @@ async fn a_restored_counter_goes_on_from_its_checkpoint() {
     );
     let written = exec_sync_in(&mut d, &r, &["cat", "/written"]).await;
     assert_eq!(String::from_utf8_lossy(&written.stdout).trim(), "precious");
+    // A restored container checkpoints again (its CRIU configuration, the cgroup root, holds
+    // for the dump too).
+    let again = d.dir.join("again.tar");
+    if let Err(e) = checkpoint(&mut d, &r, &again.to_string_lossy()).await {
+        panic!(
+            "CheckpointContainer of the restored container: {e}\n{}",
+            d.log()
+        );
+    }
+    assert!(std::fs::metadata(&again).unwrap().len() > 0);
     eprintln!(
         "checkpoint: dump and archive {dumped:?}, {size} bytes; restore (StartContainer) {restore_time:?}; counts {before}..={after} at the dump, the restored one from {first}"
     );
