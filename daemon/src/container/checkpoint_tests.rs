@@ -235,3 +235,30 @@ async fn a_malformed_archive_is_named_and_nothing_is_made() {
     h.remove_pod(&pod).await.unwrap();
     h.assert_nothing_left().await;
 }
+
+#[tokio::test]
+async fn a_restore_not_yet_started_survives_a_daemon_restart() {
+    let mut h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let c = h.run_container(&pod, "app").await;
+    let location = h.dir.path().join("c.tar");
+    checkpoint(&h, &c, &location).await.unwrap();
+    let config = archive_config(&h, "restored", &location);
+    let r = h.create_container_with(&pod, config).await.unwrap();
+
+    // Recovery finds no task for it, as the create made none: still created, not lost.
+    h.restart().await;
+    assert_eq!(
+        h.container_state(&r).await,
+        ContainerState::ContainerCreated
+    );
+    h.start_container(&r)
+        .await
+        .expect("the restore after a restart");
+    assert_eq!(
+        h.container_state(&r).await,
+        ContainerState::ContainerRunning
+    );
+    h.remove_pod(&pod).await.unwrap();
+    h.assert_nothing_left().await;
+}
