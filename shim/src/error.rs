@@ -30,6 +30,10 @@ pub enum ShimError {
     #[error("{0}")]
     FailedPrecondition(String),
 
+    /// A call's own deadline passed (a checkpoint's dump).
+    #[error("{0}")]
+    DeadlineExceeded(String),
+
     /// A container or exec was deleted while the caller waited for its exit.
     #[error("{0} was removed before it exited")]
     Removed(String),
@@ -74,6 +78,7 @@ impl ShimError {
             | ShimError::RuntimeNotFound { .. } => Code::NOT_FOUND,
             ShimError::AlreadyExists(_) => Code::ALREADY_EXISTS,
             ShimError::FailedPrecondition(_) => Code::FAILED_PRECONDITION,
+            ShimError::DeadlineExceeded(_) => Code::DEADLINE_EXCEEDED,
             // The runtime said it succeeded but left no pid: our side cannot go on.
             ShimError::Runtime(RuntimeCliError::NoPidFile { .. }) => Code::INTERNAL,
             ShimError::Runtime(_) => Code::UNKNOWN,

@@ -422,6 +422,11 @@ impl TaskService {
         match self.backends.checkpoint(id, &backend, cmd).await {
             Ok(()) => Ok(()),
             Err(Uncheckpointable::Kind(why)) => Err(ShimError::FailedPrecondition(why)),
+            // The dump was stopped at the caller's limit (CRIU goes with runc's end, and the
+            // processes run on): the caller's deadline, not a failure of the runtime.
+            Err(Uncheckpointable::Runtime(err @ RuntimeCliError::Timeout { .. })) => {
+                Err(ShimError::DeadlineExceeded(err.to_string()))
+            }
             Err(Uncheckpointable::Runtime(err)) => {
                 Err(self.runtime_failure(id, &backend, err).await)
             }

@@ -680,4 +680,13 @@ async fn checkpoints_go_to_the_runtime_for_running_containers_only() {
     f.runtime.fail_next("checkpoint", failed("checkpoint"));
     assert!(f.tasks.checkpoint("c1", "/img", Some(&opts)).await.is_err());
     assert_eq!(f.status("c1", ""), Status::RUNNING);
+    // One past its limit is the caller's deadline.
+    let timeout = RuntimeCliError::Timeout {
+        runtime: "runc".into(),
+        command: "checkpoint".into(),
+        limit: Duration::from_secs(1),
+    };
+    f.runtime.fail_next("checkpoint", timeout);
+    let late = f.tasks.checkpoint("c1", "/img", Some(&opts)).await;
+    assert_eq!(code(late), Code::DEADLINE_EXCEEDED);
 }
