@@ -16,6 +16,10 @@ use std::path::Path;
 pub const CREATE_OPTIONS_TYPE_URL: &str = "types.peapod.dev/shim/CreateOptions";
 /// `ExecProcessRequest.spec`: an OCI runtime-spec `Process` as JSON (containerd's URL).
 pub const PROCESS_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Process";
+/// `CreateTaskRequest.options` of a restore: [`CreateOptions`] with `restore` set. A URL of its
+/// own, so that a shim older than the field (a pod started before an upgrade) refuses it as an
+/// unknown options type rather than creating the container afresh.
+pub const RESTORE_OPTIONS_TYPE_URL: &str = "types.peapod.dev/shim/CreateOptions+restore";
 /// `CheckpointTaskRequest.options`: [`CheckpointOptions`] as JSON.
 pub const CHECKPOINT_OPTIONS_TYPE_URL: &str = "types.peapod.dev/shim/CheckpointOptions";
 /// `UpdateTaskRequest.resources`: an OCI runtime-spec `LinuxResources` as JSON.
@@ -56,8 +60,7 @@ pub struct CreateOptions {
     pub native: bool,
     /// A directory of CRIU images (a checkpoint's `checkpoint/`): the container is restored
     /// from them (`runc restore`) instead of created, and runs from here on, as with `start`.
-    /// Empty: an ordinary create. A shim that does not know the field would create the
-    /// container afresh, so the daemon sends it only to a shim of its own version.
+    /// Empty: an ordinary create. Sent under [`RESTORE_OPTIONS_TYPE_URL`].
     #[serde(default)]
     pub restore: String,
 }

@@ -604,6 +604,16 @@ fn create_options(req: &api::CreateTaskRequest, bundle: &Path) -> Result<CreateO
             serde_json::from_slice::<CreateOptions>(&any.value)
                 .map_err(|e| ShimError::InvalidArgument(format!("create options: {e}")))?
         }
+        Some(any) if any.type_url == protocol::RESTORE_OPTIONS_TYPE_URL => {
+            let options = serde_json::from_slice::<CreateOptions>(&any.value)
+                .map_err(|e| ShimError::InvalidArgument(format!("restore options: {e}")))?;
+            if options.restore.is_empty() {
+                return Err(ShimError::InvalidArgument(
+                    "restore options without restore (the images' directory)".into(),
+                ));
+            }
+            options
+        }
         Some(any) => {
             return Err(ShimError::InvalidArgument(format!(
                 "unknown create options type {}",

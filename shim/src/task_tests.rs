@@ -630,10 +630,17 @@ async fn a_restore_is_the_runtimes_restore_and_runs_at_once() {
         restore: "/images".into(),
         ..Default::default()
     };
-    let pid = f.create_with("c1", options).await.unwrap();
+    let mut req = f.request("c1", Some(options));
+    req.options.mut_or_insert_default().type_url = protocol::RESTORE_OPTIONS_TYPE_URL.into();
+    let pid = f.tasks.create(req).await.unwrap();
     assert_eq!(f.status("c1", ""), Status::RUNNING);
     // Restored processes run already: Start reports the pid and calls nothing.
     assert_eq!(f.tasks.start("c1", "").await.unwrap(), pid);
+    assert_eq!(f.runtime.calls(), vec!["restore c1"]);
+    // Restore options without the images: refused, nothing run.
+    let mut req = f.request("c2", Some(CreateOptions::default()));
+    req.options.mut_or_insert_default().type_url = protocol::RESTORE_OPTIONS_TYPE_URL.into();
+    assert_eq!(code(f.tasks.create(req).await), Code::INVALID_ARGUMENT);
     assert_eq!(f.runtime.calls(), vec!["restore c1"]);
 }
 

@@ -133,7 +133,11 @@ impl Shim for ShimClient {
         req.terminal = task.terminal;
         req.stdout = options.log_path.clone();
         let mut any = Any::new();
-        any.type_url = protocol::CREATE_OPTIONS_TYPE_URL.into();
+        any.type_url = if options.restore.is_empty() {
+            protocol::CREATE_OPTIONS_TYPE_URL.into()
+        } else {
+            protocol::RESTORE_OPTIONS_TYPE_URL.into()
+        };
         any.value = serde_json::to_vec(options).map_err(|e| Error::internal(e.to_string()))?;
         req.options = MessageField::some(any);
         let resp = self
