@@ -262,3 +262,42 @@ async fn a_restore_not_yet_started_survives_a_daemon_restart() {
     h.remove_pod(&pod).await.unwrap();
     h.assert_nothing_left().await;
 }
+
+#[tokio::test]
+async fn a_restore_that_landed_before_the_daemon_died_is_found_running() {
+    use crate::shim::{NewTask, Shim};
+    let mut h = Harness::new().await;
+    let pod = h.run_pod("web").await.unwrap();
+    let c = h.run_container(&pod, "app").await;
+    let location = h.dir.path().join("c.tar");
+    checkpoint(&h, &c, &location).await.unwrap();
+    let config = archive_config(&h, "restored", &location);
+    let r = h.create_container_with(&pod, config).await.unwrap();
+    // The shim restored it; the daemon died before it recorded the start.
+    let images =
+        h.rt.config
+            .root
+            .join("containers")
+            .join(&r)
+            .join("checkpoint");
+    let bundle = h.rt.config.state.join("containers").join(&r);
+    let task = NewTask {
+        id: &r,
+        bundle: &bundle,
+        terminal: false,
+        options: peapod_shim::protocol::CreateOptions {
+            start: true,
+            restore: images.to_string_lossy().into_owned(),
+            ..Default::default()
+        },
+    };
+    h.shims.shim(&pod).unwrap().create(&task).await.unwrap();
+
+    h.restart().await;
+    assert_eq!(
+        h.container_state(&r).await,
+        ContainerState::ContainerRunning
+    );
+    h.remove_pod(&pod).await.unwrap();
+    h.assert_nothing_left().await;
+}

@@ -96,15 +96,15 @@ impl ContainerService {
             // happened while the daemon was down comes with its code and time).
             return Reconciled::AsRecorded;
         }
-        if self.pending_restore(&rec).is_some() {
-            // A restore's task is made at its start: none yet is as recorded.
-            return Reconciled::AsRecorded;
-        }
         let Ok(shim) = self.shims.get(&rec.sandbox_id).await else {
             return Reconciled::AsRecorded;
         };
         let state = match shim.state(&rec.id, "").await.optional() {
             Ok(Some(s)) => s,
+            Ok(None) if self.pending_restore(&rec).is_some() => {
+                // A restore's task is made at its start: none yet is as recorded.
+                return Reconciled::AsRecorded;
+            }
             Ok(None) => {
                 // The shim lives but lost the task (it was never made): exited.
                 self.settle_one(c, "its task is gone from the pod's shim", true);
