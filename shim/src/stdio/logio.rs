@@ -265,10 +265,12 @@ mod tests {
             .collect()
     }
 
-    fn temp_log(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("peapod-log-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir.join("sub/0.log")
+    /// A log path in a directory of its own that does not exist yet (the log makes it), removed
+    /// with the returned guard however the test ends.
+    fn temp_log() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/0.log");
+        (dir, path)
     }
 
     fn t(s: &str, tag: &str, text: &str) -> (String, String, String) {
@@ -277,7 +279,7 @@ mod tests {
 
     #[test]
     fn splits_lines_per_stream_and_keeps_partials() {
-        let path = temp_log("split");
+        let (_dir, path) = temp_log();
         let mut log = CriLog::open(&path).unwrap();
         log.write(Stream::Stdout, b"hello\nwor").unwrap();
         log.write(Stream::Stderr, b"err one\n").unwrap();
@@ -294,12 +296,11 @@ mod tests {
                 t("stdout", "P", "last"),
             ]
         );
-        std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap()).unwrap();
     }
 
     #[test]
     fn long_lines_become_partials_then_full() {
-        let path = temp_log("long");
+        let (_dir, path) = temp_log();
         let mut log = CriLog::open(&path).unwrap();
         let long = vec![b'x'; MAX_LINE * 2 + 10];
         log.write(Stream::Stdout, &long[..MAX_LINE + 5]).unwrap();
@@ -312,7 +313,6 @@ mod tests {
         assert_eq!(got[1].1, "P");
         assert_eq!(got[1].2.len(), MAX_LINE);
         assert_eq!(got[2], t("stdout", "F", &"x".repeat(10)));
-        std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap()).unwrap();
     }
 
     #[test]
@@ -324,7 +324,7 @@ mod tests {
         assert_eq!(log.drops().lines, 3);
         assert_eq!(log.drops().bytes, "one".len() as u64 + 3 + 4);
         // Writable again: the next line comes after a record of what is missing.
-        let path = temp_log("drops");
+        let (_dir, path) = temp_log();
         log.path = path.clone();
         log.reopen().unwrap();
         log.write(Stream::Stdout, b"five\n").unwrap();
@@ -346,7 +346,7 @@ mod tests {
 
     #[test]
     fn reopen_writes_to_a_new_file_after_rename() {
-        let path = temp_log("reopen");
+        let (_dir, path) = temp_log();
         let mut log = CriLog::open(&path).unwrap();
         log.write(Stream::Stdout, b"before\n").unwrap();
         let rotated = path.with_extension("log.1");
@@ -355,6 +355,5 @@ mod tests {
         log.write(Stream::Stdout, b"after\n").unwrap();
         assert_eq!(lines(&rotated), vec![t("stdout", "F", "before")]);
         assert_eq!(lines(&path), vec![t("stdout", "F", "after")]);
-        std::fs::remove_dir_all(path.parent().unwrap().parent().unwrap()).unwrap();
     }
 }
