@@ -44,15 +44,32 @@ set -eu
 
 say() { echo "node-e2e node: $*" >&2; }
 
+suite=""
+# The suite's process group (ginkgo, its e2e_node.test processes, their services and the
+# kubelet) stopped, if it runs.
+stop_suite() {
+    if [ -n "$suite" ] && kill -0 "$suite" 2>/dev/null; then
+        kill -TERM -- "-$suite"
+        timeout 30 tail -s 0.2 --pid="$suite" -f /dev/null
+        kill -KILL -- "-$suite" 2>/dev/null
+    fi
+}
+# Runs "$@" as the suite in its working directory and exits with its status: in the
+# background, so that a TERM is handled at once (bash runs traps only between foreground
+# commands), and in a process group of its own, which stop_suite stops whole.
+run_suite() {
+    cd "$SUITE_CWD"
+    setsid "$@" >"$SUITE_LOG" 2>&1 </dev/null &
+    suite=$!
+    local rc=0
+    wait "$suite" || rc=$?
+    exit "$rc"
+}
+
 if [ -n "${NODE_RUNTIME_UNIT:-}" ]; then
-    suite=""
     teardown() {
         set +e
-        if [ -n "$suite" ] && kill -0 "$suite" 2>/dev/null; then
-            kill -TERM -- "-$suite"
-            timeout 30 tail -s 0.2 --pid="$suite" -f /dev/null
-            kill -KILL -- "-$suite" 2>/dev/null
-        fi
+        stop_suite
         # The harness's kubelet units (kubelet-<timestamp>.service), before the pods go.
         systemctl kill -s SIGKILL 'kubelet-[0-9]*.service' 2>/dev/null
         systemctl stop 'kubelet-[0-9]*.service' >&2
@@ -92,12 +109,7 @@ EOF
             { say "pulling $image failed"; exit 1; }
     done
     [ -n "${NODE_PREPULL:-}" ] && say "pulled $(echo $NODE_PREPULL | wc -w) images in $((SECONDS - started)) s"
-    cd "$SUITE_CWD"
-    setsid "$@" >"$SUITE_LOG" 2>&1 </dev/null &
-    suite=$!
-    rc=0
-    wait "$suite" || rc=$?
-    exit "$rc"
+    run_suite "$@"
 fi
 
 # --- Cgroups: this namespace's view, with the node cgroup as the root of each hierarchy -------
@@ -148,7 +160,7 @@ into_cg() {
 
 # --- The runtime, in /runtime (the kubelet's --runtime-cgroups: its "runtime" system container)
 mkcg runtime
-runtime_pid="" suite="" bus_pid=""
+runtime_pid="" bus_pid=""
 units=${PEAPOD_SYSTEMD_STATE:+1}
 unit=$RUNTIME.service
 systemctl() { python3 "$SYSTEMD_STANDINS/systemctl" "$@"; }
@@ -164,11 +176,7 @@ runtime_alive() {
 # address or port mapping left), then the runtime stopped.
 teardown() {
     set +e
-    if [ -n "$suite" ] && kill -0 "$suite" 2>/dev/null; then
-        kill -TERM -- "-$suite"
-        timeout 30 tail -s 0.2 --pid="$suite" -f /dev/null
-        kill -KILL -- "-$suite" 2>/dev/null
-    fi
+    stop_suite
     if [ -n "$units" ]; then
         # The units the suite started (the kubelet's) run in sessions of their own: stopped
         # here, before the pods go. Then the runtime as below, through its MainPID (which
@@ -230,18 +238,10 @@ done
 [ -S "$RUNTIME_SOCKET" ] || { say "$RUNTIME did not serve within 30 s"; exit 1; }
 [ -n "$units" ] || printf %s "$runtime_pid" >"$RUNTIME_PIDFILE"
 
-# --- The suite ---------------------------------------------------------------------------------
-# In the background, so that a TERM is handled at once (bash runs traps only between
-# foreground commands), and in a process group of its own, which the teardown stops whole
-# (ginkgo, its e2e_node.test processes, their services and the kubelet).
-cd "$SUITE_CWD"
+# --- The suite (run_suite above) ------------------------------------------------------------------
 if [ -n "$units" ]; then
     for _ in $(seq 100); do [ -S "$SYSTEMD_BUS" ] && break; sleep 0.1; done
     [ -S "$SYSTEMD_BUS" ] || { say "the D-Bus stand-in did not listen on $SYSTEMD_BUS"; exit 1; }
     export DBUS_SYSTEM_BUS_ADDRESS=unix:path=$SYSTEMD_BUS
 fi
-setsid "$@" >"$SUITE_LOG" 2>&1 </dev/null &
-suite=$!
-rc=0
-wait "$suite" || rc=$?
-exit "$rc"
+run_suite "$@"
