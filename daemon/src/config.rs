@@ -48,9 +48,21 @@ create = "native"
 
 # Further runtime handlers: a pod chooses one by name through RunPodSandbox's runtime_handler
 # (a RuntimeClass's `handler`); Status lists them. The default handler (no name, or the file
-# name of runtime.path) is runtime.path. Names are DNS labels; e.g.
+# name of runtime.path) is runtime.path. Names are DNS labels. Each has:
+#   path: its OCI runtime CLI (required). runc, crun and youki make plain containers, which
+#     the shim may make itself (runtime.create, runtime.exec, sandbox.native_pause); any other
+#     runtime makes its own sandbox (gVisor's runsc, a VM runtime): its pause, containers and
+#     execs all go through it, and each of its pods is one sandbox of that runtime (the pause
+#     is annotated io.kubernetes.cri.container-type = "sandbox", as containerd and CRI-O do).
+#   args: flags given to the runtime before every command, after the --root, --log and
+#     --systemd-cgroup peapod gives it (containerd's per-runtime options); e.g. runsc's
+#     platform and network. Each must be a flag ("--name" or "--name=value").
+# e.g.
 # [runtime.handlers.test-handler]
 # path = "runc"
+# [runtime.handlers.gvisor]
+# path = "/usr/local/bin/runsc"
+# args = ["--platform=systrap"]
 [runtime.handlers]
 
 [cgroup]
@@ -279,6 +291,28 @@ impl ExecMode {
 pub struct RuntimeHandlerConfig {
     /// The OCI runtime CLI of this handler: "runc", "crun", "youki" or a full path.
     pub path: String,
+    /// Flags for the runtime before every command (runsc's `--platform=systrap`).
+    pub args: Vec<String>,
+}
+
+/// Flags peapod gives every runtime itself: a handler's `args` must not set them again (a
+/// second `--root` would put its containers where peapod never looks).
+const RUNTIME_FLAGS_OF_PEAPOD: [&str; 4] = ["--root", "--log", "--log-format", "--systemd-cgroup"];
+
+/// Why a handler's runtime flag is refused, if it is: each is one flag, `--name` or
+/// `--name=value` (a separate value would be taken for the command), and not one peapod sets.
+fn handler_arg_refused(arg: &str) -> Option<String> {
+    let name = arg.split('=').next().unwrap_or_default();
+    if !arg.starts_with('-') || name.trim_start_matches('-').is_empty() {
+        return Some("each is one flag, \"--name\" or \"--name=value\"".into());
+    }
+    if arg.contains(char::is_whitespace) && !arg.contains('=') {
+        return Some("a flag and its value are one \"--name=value\"".into());
+    }
+    let long = format!("--{}", name.trim_start_matches('-'));
+    RUNTIME_FLAGS_OF_PEAPOD
+        .contains(&long.as_str())
+        .then(|| format!("peapod gives {long} itself"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -806,6 +840,13 @@ impl Config {
                     "runtime.handlers.{name}.path is empty"
                 )));
             }
+            for (i, arg) in handler.args.iter().enumerate() {
+                if let Some(why) = handler_arg_refused(arg) {
+                    return Err(ConfigError::Invalid(format!(
+                        "runtime.handlers.{name}.args[{i}] {arg:?}: {why}"
+                    )));
+                }
+            }
         }
         if self.stream_batch_items == 0 {
             return Err(ConfigError::Invalid(
@@ -865,17 +906,39 @@ mod tests {
     #[test]
     fn runtime_handlers_are_read_and_checked() {
         let c = Config::parse(
-            "[runtime.handlers.test-handler]\npath = \"runc\"\n[runtime.handlers.kata]\npath = \"/usr/bin/crun\"\n",
+            "[runtime.handlers.test-handler]\npath = \"runc\"\n[runtime.handlers.kata]\npath = \"/usr/bin/crun\"\n\
+             [runtime.handlers.gvisor]\npath = \"runsc\"\nargs = [\"--platform=systrap\", \"--debug\"]\n",
         )
         .unwrap();
         assert_eq!(c.runtime.handlers["test-handler"].path, "runc");
+        assert!(c.runtime.handlers["test-handler"].args.is_empty());
         assert_eq!(c.runtime.handlers["kata"].path, "/usr/bin/crun");
+        assert_eq!(
+            c.runtime.handlers["gvisor"].args,
+            ["--platform=systrap", "--debug"]
+        );
         c.validate().unwrap();
         for (toml, complaint) in [
             ("[runtime.handlers.Test]\npath = \"runc\"\n", "DNS label"),
             ("[runtime.handlers.\"-x\"]\npath = \"runc\"\n", "DNS label"),
             ("[runtime.handlers.\"\"]\npath = \"runc\"\n", "DNS label"),
             ("[runtime.handlers.x]\n", "runtime.handlers.x.path is empty"),
+            (
+                "[runtime.handlers.g]\npath = \"runsc\"\nargs = [\"systrap\"]\n",
+                "runtime.handlers.g.args[0] \"systrap\": each is one flag",
+            ),
+            (
+                "[runtime.handlers.g]\npath = \"runsc\"\nargs = [\"--debug\", \"--root=/x\"]\n",
+                "runtime.handlers.g.args[1] \"--root=/x\": peapod gives --root itself",
+            ),
+            (
+                "[runtime.handlers.g]\npath = \"runsc\"\nargs = [\"-log\"]\n",
+                "peapod gives --log itself",
+            ),
+            (
+                "[runtime.handlers.g]\npath = \"runsc\"\nargs = [\"--\"]\n",
+                "each is one flag",
+            ),
         ] {
             let err = Config::parse(toml)
                 .unwrap()

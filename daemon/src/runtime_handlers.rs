@@ -26,6 +26,16 @@ pub struct RuntimeHandler {
     pub path: String,
     /// The runtime's state directory (`--root`).
     pub root: PathBuf,
+    /// Flags before every command (`[runtime.handlers.NAME] args`; none for the default).
+    pub args: Vec<String>,
+}
+
+/// How to reach one runtime's containers: its CLI, state root and flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeCommand {
+    pub path: String,
+    pub root: PathBuf,
+    pub args: Vec<String>,
 }
 
 /// The handlers of this daemon.
@@ -44,21 +54,21 @@ impl RuntimeHandlers {
                 .runtime
                 .handlers
                 .iter()
-                .map(|(name, h)| (name.as_str(), h.path.as_str())),
+                .map(|(name, h)| (name.as_str(), h.path.as_str(), h.args.clone())),
             &config.state,
         )
     }
 
-    /// The default runtime `default_path` and the named handlers `(name, path)`.
+    /// The default runtime `default_path` and the named handlers `(name, path, args)`.
     pub fn from_parts<'a>(
         default_path: &str,
-        named: impl IntoIterator<Item = (&'a str, &'a str)>,
+        named: impl IntoIterator<Item = (&'a str, &'a str, Vec<String>)>,
         state: &Path,
     ) -> RuntimeHandlers {
         let default_root = state.join("runc");
         let named = named
             .into_iter()
-            .map(|(name, path)| RuntimeHandler {
+            .map(|(name, path, args)| RuntimeHandler {
                 name: name.to_string(),
                 path: path.to_string(),
                 root: if path == default_path {
@@ -66,6 +76,7 @@ impl RuntimeHandlers {
                 } else {
                     state.join("runtimes").join(name)
                 },
+                args,
             })
             .collect();
         RuntimeHandlers {
@@ -73,6 +84,7 @@ impl RuntimeHandlers {
                 name: String::new(),
                 path: default_path.to_string(),
                 root: default_root,
+                args: Vec::new(),
             },
             named,
         }
@@ -125,13 +137,17 @@ impl RuntimeHandlers {
         handler.path == self.default.path
     }
 
-    /// Every runtime there is, each once: `(path, root)`, the default's first.
-    pub fn runtimes(&self) -> Vec<(String, PathBuf)> {
-        let mut out = vec![(self.default.path.clone(), self.default.root.clone())];
-        for h in &self.named {
-            let r = (h.path.clone(), h.root.clone());
-            if !out.contains(&r) {
-                out.push(r);
+    /// Every runtime there is, each once (by CLI and root, with the first handler's flags),
+    /// the default's first.
+    pub fn runtimes(&self) -> Vec<RuntimeCommand> {
+        let mut out: Vec<RuntimeCommand> = Vec::new();
+        for h in std::iter::once(&self.default).chain(&self.named) {
+            if !out.iter().any(|r| r.path == h.path && r.root == h.root) {
+                out.push(RuntimeCommand {
+                    path: h.path.clone(),
+                    root: h.root.clone(),
+                    args: h.args.clone(),
+                });
             }
         }
         out
@@ -146,7 +162,11 @@ mod tests {
     fn handlers() -> RuntimeHandlers {
         RuntimeHandlers::from_parts(
             "/usr/sbin/runc",
-            [("test-handler", "/usr/sbin/runc"), ("fast", "crun")],
+            [
+                ("test-handler", "/usr/sbin/runc", vec![]),
+                ("fast", "crun", vec![]),
+                ("gvisor", "runsc", vec!["--platform=systrap".to_string()]),
+            ],
             Path::new("/run/p"),
         )
     }
@@ -177,11 +197,19 @@ mod tests {
             ("crun", Path::new("/run/p/runtimes/fast"))
         );
         assert!(!h.runs_default_runtime(f));
+        let g = h.resolve("gvisor").unwrap();
+        assert_eq!(g.args, ["--platform=systrap"]);
+        let command = |path: &str, root: &str, args: &[&str]| RuntimeCommand {
+            path: path.into(),
+            root: root.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
         assert_eq!(
             h.runtimes(),
             vec![
-                ("/usr/sbin/runc".to_string(), PathBuf::from("/run/p/runc")),
-                ("crun".to_string(), PathBuf::from("/run/p/runtimes/fast")),
+                command("/usr/sbin/runc", "/run/p/runc", &[]),
+                command("crun", "/run/p/runtimes/fast", &[]),
+                command("runsc", "/run/p/runtimes/gvisor", &["--platform=systrap"]),
             ]
         );
     }

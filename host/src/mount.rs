@@ -133,6 +133,21 @@ pub fn detach(path: &Path) -> io::Result<Unmounted> {
     unmount(path, MntFlags::MNT_DETACH)
 }
 
+/// The mount points at or below `path` in this mount namespace, deepest first.
+pub fn mounts_under(path: &Path) -> Vec<std::path::PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let prefix = format!("{}/", path.display());
+    let mut found: Vec<std::path::PathBuf> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| *m == path.to_string_lossy() || m.starts_with(&prefix))
+        .map(std::path::PathBuf::from)
+        .collect();
+    found.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
+    found.dedup();
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,8 @@
 //! never name a real process.
 
 use crate::backend::runtime_cli::{
-    CheckpointCommand, CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus,
+    CheckpointCommand, CreateCommand, ExecCommand, ProcessIo, RuntimeCli, RuntimeCliError,
+    RuntimeStatus,
 };
 use crate::oom_kill_counter::OomCounter;
 use crate::process_control::ProcessControl;
@@ -231,7 +232,7 @@ impl RuntimeCli for FakeRuntime {
         Ok(pid)
     }
 
-    async fn start(&self, id: &str) -> Result<(), RuntimeCliError> {
+    async fn start(&self, id: &str, _io: Option<ProcessIo>) -> Result<(), RuntimeCliError> {
         self.call("start", format!("start {id}"))?;
         self.pid_of(id, "start")?;
         self.set_status(id, RuntimeStatus::Running);
@@ -303,6 +304,11 @@ impl RuntimeCli for FakeRuntime {
         self.pid_of(id, "resume")?;
         self.set_status(id, RuntimeStatus::Running);
         Ok(())
+    }
+
+    async fn wait(&self, id: &str) -> Result<i32, RuntimeCliError> {
+        self.call("wait", format!("wait {id}"))?;
+        Ok(0)
     }
 
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeCliError> {

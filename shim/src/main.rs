@@ -67,6 +67,9 @@ pub struct Args {
     pub socket: PathBuf,
     pub runtime: String,
     pub runtime_root: PathBuf,
+    /// Flags the runtime gets before every command (`--runtime-arg`, repeated: the
+    /// handler's `args`).
+    pub runtime_args: Vec<String>,
     pub log: Option<PathBuf>,
     /// How execs start: natively where possible (`native`, the default) or by `runc exec`.
     pub exec: backend::ExecMode,
@@ -82,7 +85,7 @@ pub struct Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--log FILE] [--exec native|runc] [--create native|runc] [--cgroup-driver cgroupfs|systemd]\n       peapod-shim nsexec ... (see peapod_runtime::helper)"
+        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--runtime-arg FLAG]... [--log FILE] [--exec native|runc] [--create native|runc] [--cgroup-driver cgroupfs|systemd]\n       peapod-shim nsexec ... (see peapod_runtime::helper)"
     );
     std::process::exit(2)
 }
@@ -93,6 +96,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
     let mut socket = None;
     let mut runtime = "runc".to_string();
     let mut runtime_root = None;
+    let mut runtime_args = Vec::new();
     let mut log = None;
     let mut exec = backend::ExecMode::Native;
     let mut create = backend::CreateMode::Native;
@@ -104,6 +108,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             "--socket" => socket = Some(PathBuf::from(value)),
             "--runtime" => runtime = value,
             "--runtime-root" => runtime_root = Some(PathBuf::from(value)),
+            "--runtime-arg" => runtime_args.push(value),
             "--log" => log = Some(PathBuf::from(value)),
             "--exec" => exec = backend::ExecMode::parse(&value).unwrap_or_else(|| usage()),
             "--create" => create = backend::CreateMode::parse(&value).unwrap_or_else(|| usage()),
@@ -127,6 +132,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             socket,
             runtime,
             runtime_root,
+            runtime_args,
             log,
             exec,
             create,

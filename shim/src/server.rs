@@ -59,7 +59,8 @@ pub async fn run(args: Arc<Args>, ready: Option<OwnedFd>) -> Result<(), String> 
             args.runtime_root.clone(),
             reaper.clone(),
         )
-        .with_systemd_cgroup(args.systemd_cgroup),
+        .with_systemd_cgroup(args.systemd_cgroup)
+        .with_args(args.runtime_args.clone()),
     );
     // Sealed once, before any helper runs: every helper execs from this view. (Its scratch
     // directory is the sockets' own, where a moment's empty directory disturbs nobody, unlike

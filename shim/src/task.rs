@@ -159,7 +159,11 @@ impl TaskService {
                 return Err(ShimError::Runtime(err));
             }
         };
-        let exit_code = self.processes.subscribe_exit(pid);
+        // A container in a runtime's own sandbox shares its pid with the sandbox: its exit
+        // is the runtime's to tell.
+        let exit_code = backend
+            .exit_from_runtime()
+            .unwrap_or_else(|| self.processes.subscribe_exit(pid));
         let oom = self.processes.oom_counter(pid);
         let io = match prepared.start().await {
             Ok(io) => io,

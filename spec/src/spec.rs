@@ -21,11 +21,15 @@ use serde_json::{json, Map, Value};
 /// The runtime-spec version peapod writes (what runc 1.1 reports as its own).
 pub const OCI_VERSION: &str = "1.0.2";
 
-/// Annotation keys peapod sets on every application container (containerd's names, so
-/// tools that read them work unchanged).
+/// Annotation keys peapod sets on every container (containerd's names, so tools that read
+/// them work unchanged: gVisor's runsc tells a pod's sandbox from the containers that join it
+/// by the first two).
 pub mod annotations {
     pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
     pub const CONTAINER_TYPE_CONTAINER: &str = "container";
+    /// The container type of a pod's pause.
+    pub const CONTAINER_TYPE_SANDBOX: &str = "sandbox";
+    pub const SANDBOX_LOG_DIRECTORY: &str = "io.kubernetes.cri.sandbox-log-directory";
     pub const SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
     pub const SANDBOX_NAME: &str = "io.kubernetes.cri.sandbox-name";
     pub const SANDBOX_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";

@@ -160,6 +160,21 @@ impl TestDaemon {
         container_status_in(self, id).await
     }
 
+    /// PodSandboxStatus (not verbose) of pod `id`.
+    pub async fn pod_status(&mut self, id: &str) -> cri::PodSandboxStatus {
+        self.cri
+            .runtime
+            .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("PodSandboxStatus {id}: {e}"))
+            .into_inner()
+            .status
+            .expect("a status")
+    }
+
     /// ListContainers of one pod.
     pub async fn containers_of(&mut self, pod: &Pod) -> Vec<cri::Container> {
         self.cri

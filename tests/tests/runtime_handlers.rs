@@ -35,20 +35,6 @@ fn runc_path() -> String {
     path
 }
 
-async fn pod_status(d: &mut TestDaemon, id: &str) -> cri::PodSandboxStatus {
-    d.cri
-        .runtime
-        .pod_sandbox_status(cri::PodSandboxStatusRequest {
-            pod_sandbox_id: id.into(),
-            verbose: false,
-        })
-        .await
-        .expect("PodSandboxStatus")
-        .into_inner()
-        .status
-        .expect("a status")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_run_on_the_handler_they_ask_for() {
     // test-handler: runc, as the default; by-path: runc named by its full path, which is
@@ -111,10 +97,7 @@ async fn pods_run_on_the_handler_they_ask_for() {
     d.wait_log(&app, "on-test-handler", Duration::from_secs(10))
         .await;
     assert!(runc_list(&d.state.join("runc")).contains(&app));
-    assert_eq!(
-        pod_status(&mut d, &pod.id).await.runtime_handler,
-        "test-handler"
-    );
+    assert_eq!(d.pod_status(&pod.id).await.runtime_handler, "test-handler");
 
     // by-path: its own root, where the default runtime's list does not show it.
     let other = d
@@ -135,14 +118,8 @@ async fn pods_run_on_the_handler_they_ask_for() {
 
     // The handler is kept across a restart of the daemon.
     d.restart().await;
-    assert_eq!(
-        pod_status(&mut d, &pod.id).await.runtime_handler,
-        "test-handler"
-    );
-    assert_eq!(
-        pod_status(&mut d, &other.id).await.runtime_handler,
-        "by-path"
-    );
+    assert_eq!(d.pod_status(&pod.id).await.runtime_handler, "test-handler");
+    assert_eq!(d.pod_status(&other.id).await.runtime_handler, "by-path");
 
     // Its shim dies: its container is killed through the runtime that has it.
     let shims: Vec<u32> = host::processes_with(&format!("--id {}", other.id))
@@ -156,8 +133,7 @@ async fn pods_run_on_the_handler_they_ask_for() {
     // SAFETY: kill(2) with a pid and a signal.
     assert_eq!(unsafe { libc::kill(shims[0] as i32, libc::SIGKILL) }, 0);
     let since = Instant::now();
-    while pod_status(&mut d, &other.id).await.state != cri::PodSandboxState::SandboxNotready as i32
-    {
+    while d.pod_status(&other.id).await.state != cri::PodSandboxState::SandboxNotready as i32 {
         assert!(since.elapsed() < Duration::from_secs(10), "{}", d.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

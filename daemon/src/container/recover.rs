@@ -61,8 +61,8 @@ impl ContainerService {
         // after the rollback (a container holding the pod's namespaces nobody knows of).
         let (id, handlers) = (rec.id.clone(), self.handlers.clone());
         crate::blocking::off_runtime(|| {
-            for (runtime, _) in handlers.runtimes() {
-                crate::orphan_helpers::kill_and_wait(&id, &runtime);
+            for runtime in handlers.runtimes() {
+                crate::orphan_helpers::kill_and_wait(&id, &runtime.path);
             }
         });
         if let Ok(shim) = self.shims.get(&rec.sandbox_id).await {

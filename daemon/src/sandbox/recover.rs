@@ -16,8 +16,8 @@ impl SandboxService {
     pub(crate) fn kill_leftover_helpers(&self, sb: &Sandbox) {
         let (id, handlers) = (sb.id.clone(), self.settings.handlers.clone());
         crate::blocking::off_runtime(|| {
-            for (runtime, _) in handlers.runtimes() {
-                crate::orphan_helpers::kill_and_wait(&id, &runtime);
+            for runtime in handlers.runtimes() {
+                crate::orphan_helpers::kill_and_wait(&id, &runtime.path);
             }
         });
     }
@@ -106,20 +106,7 @@ fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
-/// The mount points at or below `path`, deepest first.
-fn mounts_under(path: &Path) -> Vec<std::path::PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let prefix = format!("{}/", path.display());
-    let mut found: Vec<std::path::PathBuf> = mounts
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| *m == path.to_string_lossy() || m.starts_with(&prefix))
-        .map(std::path::PathBuf::from)
-        .collect();
-    found.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
-    found.dedup();
-    found
-}
+use peapod_host::mount::mounts_under;
 
 impl SandboxService {
     /// Removes a directory no record claims, detaching what is mounted in it first (a pod's

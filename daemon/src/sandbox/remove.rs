@@ -75,6 +75,9 @@ impl SandboxService {
             self.host.remove_cgroup(&rec.cgroups_path)?;
         }
         self.shims.forget(&sandbox.id);
+        if let Ok(handler) = self.settings.handlers.resolve(&rec.runtime_handler) {
+            self.shims.release_idle_runtime(handler).await?;
+        }
         // Also without `rootfs_mounted`: a crash between the mount and its record leaves a
         // mount the record does not name (an owner the store does not know is fine).
         self.images

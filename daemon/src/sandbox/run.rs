@@ -335,6 +335,7 @@ impl SandboxService {
         let spec = spec::pause_spec(
             &rec.config,
             &PauseInputs {
+                id,
                 rootfs: &pause.rootfs,
                 args: &pause.args,
                 netns: rec.netns.as_deref(),

@@ -21,6 +21,8 @@ pub const DEFAULT_PATH_ENV: &str =
 
 /// What the pause container needs beyond the CRI config.
 pub struct PauseInputs<'a> {
+    /// The sandbox's id (its pause's container id).
+    pub id: &'a str,
     pub rootfs: &'a Path,
     pub args: &'a [String],
     pub netns: Option<&'a Path>,
@@ -107,6 +109,27 @@ fn pause_user(
         default_gid,
     )?;
     Ok((uid, gid))
+}
+
+/// The pause's annotations, containerd's: what it is (a sandbox, which runtimes with a
+/// sandbox of their own, gVisor's runsc, make it from) and of which pod.
+fn pause_annotations(
+    config: &PodSandboxConfig,
+    id: &str,
+) -> std::collections::HashMap<String, String> {
+    use peapod_spec::annotations as a;
+    let meta = config.metadata.clone().unwrap_or_default();
+    [
+        (a::CONTAINER_TYPE, a::CONTAINER_TYPE_SANDBOX.to_string()),
+        (a::SANDBOX_ID, id.to_string()),
+        (a::SANDBOX_NAME, meta.name),
+        (a::SANDBOX_NAMESPACE, meta.namespace),
+        (a::SANDBOX_UID, meta.uid),
+        (a::SANDBOX_LOG_DIRECTORY, config.log_directory.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 fn mode(m: i32) -> NamespaceMode {
@@ -244,6 +267,7 @@ pub fn pause_spec(config: &PodSandboxConfig, inputs: &PauseInputs<'_>) -> Result
         .linux(linux)
         .build()
         .map_err(spec_err)?;
+    spec.set_annotations(Some(pause_annotations(config, inputs.id)));
     // The builder starts from oci-spec's Spec::default(), which names the host "youki".
     spec.set_hostname(None);
     if net != NamespaceMode::Node && !config.hostname.is_empty() {
@@ -282,6 +306,7 @@ mod tests {
 
     fn inputs<'a>(netns: Option<&'a Path>) -> PauseInputs<'a> {
         PauseInputs {
+            id: "sb1",
             rootfs: Path::new("/r"),
             args: &PAUSE_ARGS,
             netns,
@@ -318,6 +343,10 @@ mod tests {
         assert!(ns.contains(&(LinuxNamespaceType::Pid, None)));
         assert!(ns.contains(&(LinuxNamespaceType::Uts, None)));
         assert_eq!(spec.hostname().as_deref(), Some("pod-a"));
+        // What a runtime with a sandbox of its own (runsc) makes the pod's sandbox from.
+        let annotations = spec.annotations().as_ref().unwrap();
+        assert_eq!(annotations["io.kubernetes.cri.container-type"], "sandbox");
+        assert_eq!(annotations["io.kubernetes.cri.sandbox-id"], "sb1");
         let linux = spec.linux().as_ref().unwrap();
         assert_eq!(
             linux.cgroups_path().as_ref().unwrap().display().to_string(),

@@ -63,7 +63,7 @@ pub fn status(daemon: &Daemon, req: cri::StatusRequest) -> Result<cri::StatusRes
             },
             "runtimeHandler": daemon.sandboxes.runtime_handlers().default_alias(),
             "runtimeHandlers": handlers.named().iter()
-                .map(|h| serde_json::json!({"name": h.name, "path": h.path, "root": h.root}))
+                .map(|h| serde_json::json!({"name": h.name, "path": h.path, "root": h.root, "args": h.args}))
                 .collect::<Vec<_>>(),
             // Why the runtime handler does or does not offer user namespaces.
             "userNamespaces": daemon.sandboxes.user_namespaces_support(),

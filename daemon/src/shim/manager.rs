@@ -3,7 +3,7 @@
 use super::{Shim, ShimClient, Shims};
 use crate::error::{Error, Result};
 use crate::ids;
-use crate::runtime_handlers::{RuntimeHandler, RuntimeHandlers};
+use crate::runtime_handlers::{RuntimeCommand, RuntimeHandler, RuntimeHandlers};
 use async_trait::async_trait;
 use peapod_host::sync::LockUnpoisoned;
 use peapod_shim::launch::{Readiness, ReadyPipe};
@@ -17,7 +17,7 @@ pub struct ShimManager {
     binary: PathBuf,
     /// Every runtime there is, `(path, root)`, the default's first: what a dead shim left is
     /// in one of them.
-    runtimes: Vec<(String, PathBuf)>,
+    runtimes: Vec<RuntimeCommand>,
     socket_dir: PathBuf,
     /// The shims' `--exec` (`runtime.exec`).
     exec: &'static str,
@@ -116,6 +116,12 @@ impl Shims for ShimManager {
             .args(["--exec", self.exec])
             .args(["--create", self.create])
             .args(["--cgroup-driver", self.cgroup_driver])
+            .args(
+                handler
+                    .args
+                    .iter()
+                    .flat_map(|a| ["--runtime-arg", a.as_str()]),
+            )
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(log_file);
@@ -183,20 +189,41 @@ impl Shims for ShimManager {
             .join(format!("{}.a", ids::short(container_id)))
     }
 
+    async fn release_idle_runtime(&self, handler: &RuntimeHandler) -> Result<()> {
+        let Some(runtime) = self
+            .runtimes
+            .iter()
+            .skip(1)
+            .find(|r| r.root == handler.root)
+        else {
+            return Ok(()); // the default runtime's root
+        };
+        if !runtime.root.exists() || !self.runtime_ids(runtime).await?.is_empty() {
+            return Ok(());
+        }
+        let root = runtime.root.clone();
+        crate::blocking::off_runtime(move || {
+            for m in peapod_host::mount::mounts_under(&root) {
+                peapod_host::mount::detach(&m).map_err(|e| Error::path("unmount", &m, e))?;
+            }
+            Ok(())
+        })
+    }
+
     async fn reap_orphans(&self, container_ids: &[String]) -> Result<()> {
         let mut failures = Vec::new();
         for id in container_ids {
             // The default runtime as always (its delete of a container it does not have
             // changes nothing); every other runtime only where it lists the container.
-            for (n, (runtime, root)) in self.runtimes.iter().enumerate() {
+            for (n, runtime) in self.runtimes.iter().enumerate() {
                 let result = if n == 0 {
-                    self.kill_and_delete(runtime, root, id).await
-                } else if !root.exists() {
+                    self.kill_and_delete(runtime, id).await
+                } else if !runtime.root.exists() {
                     Ok(()) // a runtime no pod has used yet has no containers
                 } else {
-                    match self.runtime_ids(runtime, root).await {
+                    match self.runtime_ids(runtime).await {
                         Ok(ids) if ids.iter().any(|c| c == id) => {
-                            self.kill_and_delete(runtime, root, id).await
+                            self.kill_and_delete(runtime, id).await
                         }
                         Ok(_) => Ok(()),
                         Err(e) => Err(e),
@@ -246,35 +273,38 @@ const SHIM_SERVES_WITHIN: Duration = Duration::from_secs(10);
 const RUNTIME_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl ShimManager {
-    /// `<runtime> --root <root> ARGS`, bounded in time.
+    /// `<runtime> --root <root> [its flags] ARGS`, bounded in time.
     async fn runtime(
         &self,
-        runtime: &str,
-        root: &Path,
+        runtime: &RuntimeCommand,
         args: &[&str],
     ) -> Result<std::process::Output> {
-        let run = tokio::process::Command::new(runtime)
+        let name = &runtime.path;
+        let run = tokio::process::Command::new(name)
             .arg("--root")
-            .arg(root)
+            .arg(&runtime.root)
+            .args(&runtime.args)
             .args(args)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
             .output();
         match tokio::time::timeout(RUNTIME_TIMEOUT, run).await {
-            Ok(out) => out.map_err(|e| Error::io(format_args!("run {runtime}"), e)),
+            Ok(out) => out.map_err(|e| Error::io(format_args!("run {name}"), e)),
             Err(_) => Err(Error::deadline_exceeded(format!(
-                "{runtime} {} did not finish within {RUNTIME_TIMEOUT:?}",
+                "{name} {} did not finish within {RUNTIME_TIMEOUT:?}",
                 args.join(" ")
             ))),
         }
     }
 
-    /// The containers the OCI runtime knows (`list -q`).
-    async fn runtime_ids(&self, runtime: &str, root: &Path) -> Result<Vec<String>> {
-        let out = self.runtime(runtime, root, &["list", "-q"]).await?;
+    /// The containers the OCI runtime knows (`list --quiet`: runc, crun and runsc all take the
+    /// long name; runsc has no `-q`).
+    async fn runtime_ids(&self, runtime: &RuntimeCommand) -> Result<Vec<String>> {
+        let out = self.runtime(runtime, &["list", "--quiet"]).await?;
         if !out.status.success() {
             return Err(Error::internal(format!(
-                "{runtime} list: {}",
+                "{} list: {}",
+                runtime.path,
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
@@ -286,25 +316,18 @@ impl ShimManager {
 
     /// SIGKILL to every process of the container, then `delete --force`. Whether it worked
     /// is judged by the runtime's own list afterwards, never by the text of an error.
-    async fn kill_and_delete(&self, runtime: &str, root: &Path, id: &str) -> Result<()> {
+    async fn kill_and_delete(&self, runtime: &RuntimeCommand, id: &str) -> Result<()> {
         // Fails for a container that is not running (or not there): delete decides.
         let _ = self
-            .runtime(runtime, root, &["kill", "--all", id, "KILL"])
+            .runtime(runtime, &["kill", "--all", id, "KILL"])
             .await?;
-        let delete = self
-            .runtime(runtime, root, &["delete", "--force", id])
-            .await?;
-        if delete.status.success()
-            || !self
-                .runtime_ids(runtime, root)
-                .await?
-                .iter()
-                .any(|c| c == id)
-        {
+        let delete = self.runtime(runtime, &["delete", "--force", id]).await?;
+        if delete.status.success() || !self.runtime_ids(runtime).await?.iter().any(|c| c == id) {
             return Ok(());
         }
         Err(Error::internal(format!(
-            "{runtime} delete --force {id}: {}",
+            "{} delete --force {id}: {}",
+            runtime.path,
             String::from_utf8_lossy(&delete.stderr).trim()
         )))
     }

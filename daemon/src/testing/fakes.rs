@@ -467,6 +467,13 @@ impl Shims for FakeShims {
             .join(format!("{}.a", crate::ids::short(container_id)))
     }
 
+    async fn release_idle_runtime(
+        &self,
+        _handler: &crate::runtime_handlers::RuntimeHandler,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     async fn reap_orphans(&self, container_ids: &[String]) -> Result<()> {
         self.faults.check("shim.reap_orphans")?;
         let mut orphans = lock(&self.orphans);

@@ -95,7 +95,10 @@ impl Harness {
         for (name, path) in [("test-handler", "runc"), ("other-runtime", "crun")] {
             config.runtime.handlers.insert(
                 name.into(),
-                crate::config::RuntimeHandlerConfig { path: path.into() },
+                crate::config::RuntimeHandlerConfig {
+                    path: path.into(),
+                    args: Vec::new(),
+                },
             );
         }
         let cni = Arc::new(crate::network::Network::new(&config.cni, &dir.join("cni")));

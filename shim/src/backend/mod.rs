@@ -29,6 +29,7 @@ pub mod runtime_cli;
 
 use crate::reaper::Reaper;
 use native::{Created, Pause};
+use peapod_host::sync::LockUnpoisoned;
 use peapod_runtime::cgroups::{Cgroups, Driver};
 use peapod_runtime::program::Program;
 use peapod_runtime::spec::{self, Spec};
@@ -36,10 +37,12 @@ use peapod_runtime::{create, pause, Host};
 use residents::{ExecRequest, ResidentSlot};
 use runc_assisted::Assisted;
 use runtime_cli::{
-    CheckpointCommand, CreateCommand, ExecCommand, RuntimeCli, RuntimeCliError, RuntimeStatus,
+    CheckpointCommand, CreateCommand, ExecCommand, ProcessIo, RuntimeCli, RuntimeCliError,
+    RuntimeStatus,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tokio::sync::oneshot;
 
 /// How execs are started (the shim's `--exec`, the daemon's `runtime.exec`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +90,14 @@ pub struct Backend {
     exec_refused: Option<String>,
     /// Its resident exec helper, from its first native exec until its delete.
     resident: ResidentSlot,
+    /// Its stdio, kept from its create for its start: a runtime with a sandbox of its own
+    /// (runsc) gives a container that joins the sandbox the stdio of `start`.
+    start_io: std::sync::Mutex<Option<ProcessIo>>,
+    /// Where its init's exit comes from once it starts, when not from its pid: such a
+    /// container's pid is its sandbox's, and the runtime's `wait` tells its exit
+    /// ([`Backend::exit_from_runtime`]).
+    exit_from_wait: std::sync::Mutex<Option<oneshot::Sender<i32>>>,
+    sandboxed: bool,
 }
 
 /// How a container is run (the module's table).
@@ -103,6 +114,9 @@ impl Backend {
             kind,
             exec_refused,
             resident: ResidentSlot::default(),
+            start_io: std::sync::Mutex::new(None),
+            exit_from_wait: std::sync::Mutex::new(None),
+            sandboxed: false,
         }
     }
 
@@ -110,6 +124,19 @@ impl Backend {
     /// goes to (the runtime's answer classifies it).
     pub fn runc() -> Backend {
         Backend::new(Kind::Runc, None)
+    }
+
+    /// The exit of its init when the runtime tells it rather than its pid (a container that
+    /// joined a runtime's own sandbox): what the runtime's `wait` returns once it is started,
+    /// or the channel closes unsent when it is deleted unstarted. `None`: the pid's exit is
+    /// its own.
+    pub fn exit_from_runtime(&self) -> Option<oneshot::Receiver<i32>> {
+        if !self.sandboxed {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        *self.exit_from_wait.lock_unpoisoned() = Some(tx);
+        Some(rx)
     }
 }
 
@@ -149,11 +176,12 @@ pub struct Backends {
 /// The native paths the shim's command line and runtime allow.
 struct NativePaths {
     helpers: Helpers,
-    /// Pauses the daemon asks for natively: the runtime is one of [`PLAIN_RUNTIMES`].
+    /// Pauses the daemon asks for natively: the runtime is one of [`PLAIN_RUNTIMES`]; if not,
+    /// it has a sandbox of its own, and a container's stdio goes to its start too.
     pause: bool,
     /// App containers: the runtime is runc, `--create native` and `--exec native`.
     create: bool,
-    /// Execs: `--exec native`.
+    /// Execs: `--exec native` and one of [`PLAIN_RUNTIMES`].
     exec: bool,
     /// runc's state root when the runtime is runc: the containers runc creates are assisted
     /// ([`runc_assisted`]); another runtime's state directory is its own.
@@ -169,13 +197,17 @@ impl Backends {
             .and_then(|n| n.to_str())
             .unwrap_or_default();
         let is_runc = name == "runc";
-        let exec = config.exec == ExecMode::Native;
+        // A runtime with a sandbox of its own (gVisor's runsc) runs its containers' processes
+        // inside it: a process the helper started in the namespaces of the sandbox's host
+        // process would run outside the sandbox, so nothing of such a pod is native.
+        let plain = PLAIN_RUNTIMES.contains(&name);
+        let exec = plain && config.exec == ExecMode::Native;
         Backends {
             runtime,
             host: Host::detect(config.cgroup_driver),
             native: Some(NativePaths {
                 helpers,
-                pause: PLAIN_RUNTIMES.contains(&name),
+                pause: plain,
                 create: is_runc && exec && config.create == CreateMode::Native,
                 exec,
                 runc_root: is_runc.then(|| config.runtime_root.to_path_buf()),
@@ -232,11 +264,18 @@ impl Backends {
         }
         let assisted = paths.runc_root.as_deref().filter(|_| !cmd.start);
         let refused = paths.exec_refused(&mut spec);
+        // A container joining the sandbox of a runtime that has its own (not its pause, which
+        // `run` starts at once and whose pid is the sandbox's own).
+        let joins_sandbox = !paths.pause && !cmd.start;
+        let start_io = joins_sandbox.then(|| cmd.io.try_clone());
         let pid = self.runtime.create(id, cmd).await?;
         let kind = assisted
             .and_then(|root| Assisted::created(id, pid, root, spec.get().ok()))
             .map_or(Kind::Runc, Kind::RuncAssisted);
-        Ok((pid, Backend::new(kind, refused)))
+        let mut backend = Backend::new(kind, refused);
+        *backend.start_io.lock_unpoisoned() = start_io;
+        backend.sandboxed = joins_sandbox;
+        Ok((pid, backend))
     }
 
     /// The pause's cgroup path if the helper can start it; why not otherwise.
@@ -280,7 +319,21 @@ impl Backends {
 
     pub async fn start(&self, id: &str, b: &Backend) -> Result<(), RuntimeCliError> {
         match &b.kind {
-            Kind::Runc => self.runtime.start(id).await,
+            Kind::Runc => {
+                let io = b.start_io.lock_unpoisoned().take();
+                self.runtime.start(id, io).await?;
+                if let Some(tx) = b.exit_from_wait.lock_unpoisoned().take() {
+                    let (runtime, id) = (self.runtime.clone(), id.to_string());
+                    tokio::spawn(async move {
+                        let code = runtime.wait(&id).await.unwrap_or_else(|e| {
+                            eprintln!("container {id}: the runtime's wait: {e}");
+                            255
+                        });
+                        let _ = tx.send(code);
+                    });
+                }
+                Ok(())
+            }
             Kind::RuncAssisted(a) => a.start(id, &*self.runtime).await,
             // Started by its create already.
             Kind::NativePause(_) => Ok(()),
@@ -320,6 +373,8 @@ impl Backends {
     pub async fn delete(&self, id: &str, b: &Backend, force: bool) -> Result<(), RuntimeCliError> {
         // The resident helper first: a cgroup with a process in it cannot be removed.
         b.resident.retire().await;
+        // Never started, so never waited for: its exit is this delete's kill.
+        drop(b.exit_from_wait.lock_unpoisoned().take());
         let cgroups = &self.host.cgroups;
         match &b.kind {
             Kind::Runc => self.runtime.delete(id, force).await,
@@ -549,10 +604,23 @@ pub(crate) mod tests {
         assert!(!dir.path().join("ran").exists());
         // A runtime that makes its own sandboxes (gVisor): the runtime, no helper.
         std::fs::write(bundle.join("config.json"), PAUSE).unwrap();
-        runsc
+        let (_, r) = runsc
             .create("r", command(&bundle, &pid_file, true))
             .await
             .unwrap();
+        assert!(!dir.path().join("ran").exists());
+        // ... and its execs too, native ones asked for: inside its sandbox, not beside it.
+        let process = dir.path().join("exec.json");
+        std::fs::write(&process, r#"{"args":["true"],"cwd":"/"}"#).unwrap();
+        let exec = ExecCommand {
+            bundle: &bundle,
+            init_pid: 1,
+            process_json: &process,
+            pid_file: &dir.path().join("exec.pid"),
+            console_socket: None,
+            io: ProcessIo::null(),
+        };
+        runsc.exec("r", &r, exec).await.unwrap();
         assert!(!dir.path().join("ran").exists());
         // Supported, but the helper fails: its undo, then the runtime.
         std::fs::write(bundle.join("config.json"), PAUSE).unwrap();
@@ -567,7 +635,10 @@ pub(crate) mod tests {
                 .trim(),
             "cannot"
         );
-        assert_eq!(runtime.calls(), vec!["run a", "run b", "run r", "run c"]);
+        assert_eq!(
+            runtime.calls(),
+            vec!["run a", "run b", "run r", "exec r", "run c"]
+        );
         // None of them is native: every command goes to the runtime.
         assert!(matches!(c.kind, Kind::Runc));
         runc.kill("c", &c, 9, false).await.unwrap();

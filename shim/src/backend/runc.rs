@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
+/// `wait` lasts as long as the container: no deadline of its own (a century).
+const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+
 pub struct Runc {
     /// The runtime as configured ("runc"), for messages.
     binary: String,
@@ -26,6 +29,8 @@ pub struct Runc {
     reaper: Arc<Reaper>,
     /// `--systemd-cgroup` on every command ([`Runc::with_systemd_cgroup`]).
     systemd_cgroup: bool,
+    /// The handler's own flags, on every command after peapod's ([`Runc::with_args`]).
+    args: Vec<String>,
 }
 
 /// `binary` as exec would find it: a name without a slash is looked up in PATH's
@@ -84,7 +89,15 @@ impl Runc {
             root,
             reaper,
             systemd_cgroup: false,
+            args: Vec::new(),
         }
+    }
+
+    /// Every command with these flags too (a runtime handler's `args`: runsc's
+    /// `--platform=systrap`), after `--root`, `--systemd-cgroup` and `--log`.
+    pub fn with_args(mut self, args: Vec<String>) -> Runc {
+        self.args = args;
+        self
     }
 
     /// Every command with `--systemd-cgroup` (the systemd cgroup driver: cgroupsPath is
@@ -104,6 +117,7 @@ impl Runc {
         if let Some(log) = log {
             cmd.arg("--log").arg(log).args(["--log-format", "json"]);
         }
+        cmd.args(&self.args);
         cmd.arg(subcommand);
         cmd
     }
@@ -273,8 +287,10 @@ impl RuntimeCli for Runc {
         self.read_pid(subcommand, c.pid_file)
     }
 
-    async fn start(&self, id: &str) -> Result<(), RuntimeCliError> {
-        self.simple("start", &[id]).await.map(drop)
+    async fn start(&self, id: &str, io: Option<ProcessIo>) -> Result<(), RuntimeCliError> {
+        let mut cmd = self.command("start", None);
+        cmd.arg(id);
+        self.run("start", cmd, io, None).await.map(drop)
     }
 
     async fn state(&self, id: &str) -> Result<Option<RuntimeStatus>, RuntimeCliError> {
@@ -351,6 +367,21 @@ impl RuntimeCli for Runc {
             .unwrap_or_default())
     }
 
+    async fn wait(&self, id: &str) -> Result<i32, RuntimeCliError> {
+        let mut cmd = self.command("wait", None);
+        cmd.arg(id);
+        // As long as the container runs.
+        let out = self
+            .run_as(&self.binary, "wait", cmd, None, None, WAIT_LIMIT)
+            .await?;
+        let v: serde_json::Value =
+            serde_json::from_str(out.trim()).map_err(|e| self.bad_output("wait", e))?;
+        v["exitStatus"]
+            .as_i64()
+            .map(|s| s as i32)
+            .ok_or_else(|| self.bad_output("wait", "no exitStatus"))
+    }
+
     async fn checkpoint(&self, id: &str, c: CheckpointCommand<'_>) -> Result<(), RuntimeCliError> {
         let log = c.work_path.join("runtime.log");
         let _ = std::fs::remove_file(&log);
@@ -425,6 +456,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --root|--log-format) shift 2 ;;
     --log) log=$2; shift 2 ;;
+    --*=*) shift ;;
     *) break ;;
   esac
 done
@@ -589,6 +621,17 @@ exit 0
             other => panic!("{other:?}"),
         }
         assert!(calls(dir.path())[0].ends_with("kill --all c1 9"));
+        // A handler's flags: after peapod's, before the command.
+        let flagged = fake_runc(dir.path(), reaper).with_args(vec!["--platform=systrap".into()]);
+        std::fs::remove_file(dir.path().join("fail-kill")).unwrap();
+        flagged.kill("c1", 9, false).await.unwrap();
+        assert_eq!(
+            calls(dir.path())[1],
+            format!(
+                "--root {} --platform=systrap kill c1 9",
+                dir.path().join("root").display()
+            )
+        );
         // Through the --log file for commands that have one.
         std::fs::write(dir.path().join("fail-exec"), "").unwrap();
         let spec = dir.path().join("exec-e1.json");

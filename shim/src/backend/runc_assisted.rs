@@ -71,7 +71,7 @@ impl Assisted {
     pub async fn start(&self, id: &str, runtime: &dyn RuntimeCli) -> Result<(), RuntimeCliError> {
         let fifo = self.state_dir.join("exec.fifo");
         if !fifo.exists() {
-            return runtime.start(id).await;
+            return runtime.start(id, None).await;
         }
         let init = self.pidfd.clone();
         let outcome = tokio::task::spawn_blocking(move || release(&fifo, &init))

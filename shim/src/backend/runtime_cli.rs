@@ -173,7 +173,10 @@ pub struct ExecCommand<'a> {
 pub trait RuntimeCli: Send + Sync {
     /// Creates (or with `start`, runs) the container; returns its init's host pid.
     async fn create(&self, id: &str, cmd: CreateCommand<'_>) -> Result<u32, RuntimeCliError>;
-    async fn start(&self, id: &str) -> Result<(), RuntimeCliError>;
+    /// Starts a created container. `io`: its stdio, for a runtime that takes it at start
+    /// rather than at create (runsc, for a container that joins its pod's sandbox); `None`
+    /// otherwise.
+    async fn start(&self, id: &str, io: Option<ProcessIo>) -> Result<(), RuntimeCliError>;
     /// The container's status; `Ok(None)` when the runtime does not know the container.
     async fn state(&self, id: &str) -> Result<Option<RuntimeStatus>, RuntimeCliError>;
     async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), RuntimeCliError>;
@@ -186,6 +189,10 @@ pub trait RuntimeCli: Send + Sync {
     async fn resume(&self, id: &str) -> Result<(), RuntimeCliError>;
     /// The host pids of the container's processes.
     async fn ps(&self, id: &str) -> Result<Vec<u32>, RuntimeCliError>;
+    /// Waits for the started container's exit (`wait`, runsc's command: its containers that
+    /// join a sandbox have no process of their own on the host, their pid file names the
+    /// sandbox's); its exit status, 128 + the signal for a killed one.
+    async fn wait(&self, id: &str) -> Result<i32, RuntimeCliError>;
     /// CRIU's dump of the container's processes, which go on running (`checkpoint
     /// --leave-running`): a failed dump leaves them running too.
     async fn checkpoint(&self, id: &str, cmd: CheckpointCommand<'_>)
