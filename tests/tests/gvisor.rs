@@ -3,7 +3,7 @@
 //! its own (`args`, as containerd's per-runtime options). A pod that asks for it is one gVisor
 //! sandbox: its pause is runsc's sandbox container (the `sandbox` container-type annotation)
 //! and its containers join it, so they run on gVisor's kernel, not the host's; logs, exec,
-//! the pod's network (served from inside the sandbox to the host over the pod's IP), a restart
+//! stats, the pod's network (served from inside the sandbox to the host over the pod's IP), a restart
 //! of the daemon, stop and removal work, and nothing is left: no runsc state, no process, no
 //! mount, no veth.
 
@@ -127,6 +127,15 @@ async fn a_pod_on_the_gvisor_handler_is_one_gvisor_sandbox() {
     );
     let out = exec_sync_in(&mut d, &app, &["cat", "/tmp/www/index.html"]).await;
     assert_eq!(text(&out), "hello-from-gvisor");
+
+    // Stats: the sandbox's cgroup (where runsc placed it), which the container's pid names.
+    let stats = d.container_stats(&app).await;
+    let cpu = stats.cpu.as_ref().and_then(|c| c.usage_core_nano_seconds.as_ref());
+    let memory = stats.memory.as_ref().and_then(|m| m.working_set_bytes.as_ref());
+    assert!(
+        cpu.is_some_and(|c| c.value > 0) && memory.is_some_and(|m| m.value > 0),
+        "{stats:?}"
+    );
 
     // The pod's network: gVisor's network stack on the pod's interface, reached from the host.
     let ip = d
