@@ -54,6 +54,10 @@ create = "native"
 #     runtime makes its own sandbox (gVisor's runsc, a VM runtime): its pause, containers and
 #     execs all go through it, and each of its pods is one sandbox of that runtime (the pause
 #     is annotated io.kubernetes.cri.container-type = "sandbox", as containerd and CRI-O do).
+#   sandboxed: whether the runtime makes its own sandbox per pod (gVisor's runsc, a VM
+#     runtime): its containers' pid file then names the sandbox, so their exits come from
+#     the runtime's `wait`, and their stdio goes to `start`. Default: true where the file
+#     name of path is "runsc", else false.
 #   args: flags given to the runtime before every command, after the --root, --log and
 #     --systemd-cgroup peapod gives it (containerd's per-runtime options); e.g. runsc's
 #     platform and network. Each must be a flag ("--name" or "--name=value").
@@ -293,6 +297,19 @@ pub struct RuntimeHandlerConfig {
     pub path: String,
     /// Flags for the runtime before every command (runsc's `--platform=systrap`).
     pub args: Vec<String>,
+    /// Whether the runtime makes its own sandbox per pod; unset: its file name is "runsc".
+    pub sandboxed: Option<bool>,
+}
+
+impl RuntimeHandlerConfig {
+    /// `sandboxed`, or what the runtime's name says.
+    pub fn is_sandboxed(&self) -> bool {
+        self.sandboxed.unwrap_or_else(|| {
+            std::path::Path::new(&self.path)
+                .file_name()
+                .is_some_and(|n| n == "runsc")
+        })
+    }
 }
 
 /// Flags peapod gives every runtime itself: a handler's `args` must not set them again (a
@@ -916,6 +933,19 @@ mod tests {
         assert_eq!(
             c.runtime.handlers["gvisor"].args,
             ["--platform=systrap", "--debug"]
+        );
+        assert!(c.runtime.handlers["gvisor"].is_sandboxed());
+        assert!(!c.runtime.handlers["kata"].is_sandboxed());
+        let named = Config::parse(
+            "[runtime.handlers.a]\npath = \"/opt/gvisor/runsc\"\n\
+             [runtime.handlers.b]\npath = \"/opt/vm-runtime\"\nsandboxed = true\n\
+             [runtime.handlers.c]\npath = \"runsc\"\nsandboxed = false\n",
+        )
+        .unwrap();
+        let sandboxed = |n: &str| named.runtime.handlers[n].is_sandboxed();
+        assert_eq!(
+            (sandboxed("a"), sandboxed("b"), sandboxed("c")),
+            (true, true, false)
         );
         c.validate().unwrap();
         for (toml, complaint) in [

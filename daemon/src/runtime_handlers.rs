@@ -13,7 +13,7 @@
 //! the default runtime; a handler with another runtime does not offer those (Status says so,
 //! and a pod asking for a user namespace with it is refused).
 
-use crate::config::Config;
+use crate::config::{Config, RuntimeHandlerConfig};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -28,6 +28,8 @@ pub struct RuntimeHandler {
     pub root: PathBuf,
     /// Flags before every command (`[runtime.handlers.NAME] args`; none for the default).
     pub args: Vec<String>,
+    /// The runtime makes its own sandbox per pod (`sandboxed`; never the default).
+    pub sandboxed: bool,
 }
 
 /// How to reach one runtime's containers: its CLI, state root and flags.
@@ -54,29 +56,30 @@ impl RuntimeHandlers {
                 .runtime
                 .handlers
                 .iter()
-                .map(|(name, h)| (name.as_str(), h.path.as_str(), h.args.clone())),
+                .map(|(name, h)| (name.as_str(), h)),
             &config.state,
         )
     }
 
-    /// The default runtime `default_path` and the named handlers `(name, path, args)`.
+    /// The default runtime `default_path` and the named handlers.
     pub fn from_parts<'a>(
         default_path: &str,
-        named: impl IntoIterator<Item = (&'a str, &'a str, Vec<String>)>,
+        named: impl IntoIterator<Item = (&'a str, &'a RuntimeHandlerConfig)>,
         state: &Path,
     ) -> RuntimeHandlers {
         let default_root = state.join("runc");
         let named = named
             .into_iter()
-            .map(|(name, path, args)| RuntimeHandler {
+            .map(|(name, h)| RuntimeHandler {
                 name: name.to_string(),
-                path: path.to_string(),
-                root: if path == default_path {
+                path: h.path.clone(),
+                root: if h.path == default_path {
                     default_root.clone()
                 } else {
                     state.join("runtimes").join(name)
                 },
-                args,
+                args: h.args.clone(),
+                sandboxed: h.is_sandboxed(),
             })
             .collect();
         RuntimeHandlers {
@@ -85,6 +88,7 @@ impl RuntimeHandlers {
                 path: default_path.to_string(),
                 root: default_root,
                 args: Vec::new(),
+                sandboxed: false,
             },
             named,
         }
@@ -160,13 +164,19 @@ mod tests {
     use crate::error::Code;
 
     fn handlers() -> RuntimeHandlers {
+        let handler = |path: &str, args: &[&str]| RuntimeHandlerConfig {
+            path: path.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        };
+        let named = [
+            ("test-handler", handler("/usr/sbin/runc", &[])),
+            ("fast", handler("crun", &[])),
+            ("gvisor", handler("runsc", &["--platform=systrap"])),
+        ];
         RuntimeHandlers::from_parts(
             "/usr/sbin/runc",
-            [
-                ("test-handler", "/usr/sbin/runc", vec![]),
-                ("fast", "crun", vec![]),
-                ("gvisor", "runsc", vec!["--platform=systrap".to_string()]),
-            ],
+            named.iter().map(|(n, h)| (*n, h)),
             Path::new("/run/p"),
         )
     }
@@ -199,6 +209,7 @@ mod tests {
         assert!(!h.runs_default_runtime(f));
         let g = h.resolve("gvisor").unwrap();
         assert_eq!(g.args, ["--platform=systrap"]);
+        assert!(g.sandboxed && !f.sandboxed && !h.default_handler().sandboxed);
         let command = |path: &str, root: &str, args: &[&str]| RuntimeCommand {
             path: path.into(),
             root: root.into(),

@@ -70,6 +70,8 @@ pub struct Args {
     /// Flags the runtime gets before every command (`--runtime-arg`, repeated: the
     /// handler's `args`).
     pub runtime_args: Vec<String>,
+    /// The runtime makes its own sandbox per pod (`--sandboxed true`: gVisor's runsc).
+    pub sandboxed: bool,
     pub log: Option<PathBuf>,
     /// How execs start: natively where possible (`native`, the default) or by `runc exec`.
     pub exec: backend::ExecMode,
@@ -85,7 +87,7 @@ pub struct Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--runtime-arg FLAG]... [--log FILE] [--exec native|runc] [--create native|runc] [--cgroup-driver cgroupfs|systemd]\n       peapod-shim nsexec ... (see peapod_runtime::helper)"
+        "usage: peapod-shim serve --id ID --socket PATH --runtime PATH --runtime-root DIR [--runtime-arg FLAG]... [--sandboxed true|false] [--log FILE] [--exec native|runc] [--create native|runc] [--cgroup-driver cgroupfs|systemd]\n       peapod-shim nsexec ... (see peapod_runtime::helper)"
     );
     std::process::exit(2)
 }
@@ -97,6 +99,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
     let mut runtime = "runc".to_string();
     let mut runtime_root = None;
     let mut runtime_args = Vec::new();
+    let mut sandboxed = false;
     let mut log = None;
     let mut exec = backend::ExecMode::Native;
     let mut create = backend::CreateMode::Native;
@@ -109,6 +112,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             "--runtime" => runtime = value,
             "--runtime-root" => runtime_root = Some(PathBuf::from(value)),
             "--runtime-arg" => runtime_args.push(value),
+            "--sandboxed" => sandboxed = value.parse().unwrap_or_else(|_| usage()),
             "--log" => log = Some(PathBuf::from(value)),
             "--exec" => exec = backend::ExecMode::parse(&value).unwrap_or_else(|| usage()),
             "--create" => create = backend::CreateMode::parse(&value).unwrap_or_else(|| usage()),
@@ -133,6 +137,7 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> (String, Args) {
             runtime,
             runtime_root,
             runtime_args,
+            sandboxed,
             log,
             exec,
             create,

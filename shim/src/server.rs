@@ -75,6 +75,7 @@ pub async fn run(args: Arc<Args>, ready: Option<OwnedFd>) -> Result<(), String> 
     let config = Config {
         runtime: &args.runtime,
         runtime_root: &args.runtime_root,
+        sandboxed: args.sandboxed,
         exec: args.exec,
         create: args.create,
         cgroup_driver: if args.systemd_cgroup {

@@ -122,6 +122,10 @@ impl Shims for ShimManager {
                     .iter()
                     .flat_map(|a| ["--runtime-arg", a.as_str()]),
             )
+            .args([
+                "--sandboxed",
+                if handler.sandboxed { "true" } else { "false" },
+            ])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(log_file);
@@ -193,10 +197,9 @@ impl Shims for ShimManager {
         let Some(runtime) = self
             .runtimes
             .iter()
-            .skip(1)
-            .find(|r| r.root == handler.root)
+            .find(|r| handler.sandboxed && r.root == handler.root)
         else {
-            return Ok(()); // the default runtime's root
+            return Ok(());
         };
         if !runtime.root.exists() || !self.runtime_ids(runtime).await?.is_empty() {
             return Ok(());

@@ -98,10 +98,10 @@ pub trait Shims: Send + Sync {
     /// through the OCI runtime itself, since nothing else would ever stop them. Containers the
     /// runtime does not know are fine; the error names each one that could not be removed.
     async fn reap_orphans(&self, container_ids: &[String]) -> Result<()>;
-    /// Once the runtime of `handler` holds no container, what it keeps in its root beside
-    /// them goes: runsc pins a network namespace there for its sandboxes' gofers (a bind
-    /// mount, reused while it has sandboxes), which would outlive every pod. Nothing for the
-    /// default runtime's root, where runc keeps only its containers' state.
+    /// Once the runtime of a sandboxed `handler` holds no container, what it keeps in its
+    /// root beside them goes: runsc pins a network namespace there for its sandboxes' gofers
+    /// (a bind mount, reused while it has sandboxes), which would outlive every pod. Nothing
+    /// for other handlers, whose runtimes keep only their containers' state.
     async fn release_idle_runtime(
         &self,
         handler: &crate::runtime_handlers::RuntimeHandler,

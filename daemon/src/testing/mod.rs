@@ -97,7 +97,7 @@ impl Harness {
                 name.into(),
                 crate::config::RuntimeHandlerConfig {
                     path: path.into(),
-                    args: Vec::new(),
+                    ..Default::default()
                 },
             );
         }

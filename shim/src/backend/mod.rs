@@ -154,14 +154,17 @@ pub struct Config<'a> {
     pub runtime: &'a str,
     /// Its state root (`--root`).
     pub runtime_root: &'a Path,
+    /// It makes its own sandbox per pod (`--sandboxed`): gVisor's runsc.
+    pub sandboxed: bool,
     pub exec: ExecMode,
     pub create: CreateMode,
     /// How a spec's `cgroupsPath` is read (`--cgroup-driver`).
     pub cgroup_driver: Driver,
 }
 
-/// Runtimes whose pause is a plain process in namespaces, as the helper makes it. Another
-/// runc-compatible CLI (gVisor's runsc, a VM runtime) makes its sandbox its own way.
+/// Runtimes whose pause is a plain process in namespaces, as the helper makes it (unless told
+/// they are sandboxed). Another runc-compatible CLI (a wrapper, gVisor's runsc, a VM runtime)
+/// gets no native path: what it makes may not be such processes.
 const PLAIN_RUNTIMES: [&str; 3] = ["runc", "crun", "youki"];
 
 /// Every container's backend: the choice at create, and each call matched on the kind.
@@ -176,9 +179,11 @@ pub struct Backends {
 /// The native paths the shim's command line and runtime allow.
 struct NativePaths {
     helpers: Helpers,
-    /// Pauses the daemon asks for natively: the runtime is one of [`PLAIN_RUNTIMES`]; if not,
-    /// it has a sandbox of its own, and a container's stdio goes to its start too.
+    /// Pauses the daemon asks for natively: the runtime is one of [`PLAIN_RUNTIMES`].
     pause: bool,
+    /// The runtime makes its own sandbox per pod: a container that joins it gets its stdio
+    /// at start and its exit from the runtime's `wait`.
+    sandboxed: bool,
     /// App containers: the runtime is runc, `--create native` and `--exec native`.
     create: bool,
     /// Execs: `--exec native` and one of [`PLAIN_RUNTIMES`].
@@ -200,7 +205,7 @@ impl Backends {
         // A runtime with a sandbox of its own (gVisor's runsc) runs its containers' processes
         // inside it: a process the helper started in the namespaces of the sandbox's host
         // process would run outside the sandbox, so nothing of such a pod is native.
-        let plain = PLAIN_RUNTIMES.contains(&name);
+        let plain = PLAIN_RUNTIMES.contains(&name) && !config.sandboxed;
         let exec = plain && config.exec == ExecMode::Native;
         Backends {
             runtime,
@@ -208,6 +213,7 @@ impl Backends {
             native: Some(NativePaths {
                 helpers,
                 pause: plain,
+                sandboxed: config.sandboxed,
                 create: is_runc && exec && config.create == CreateMode::Native,
                 exec,
                 runc_root: is_runc.then(|| config.runtime_root.to_path_buf()),
@@ -266,7 +272,7 @@ impl Backends {
         let refused = paths.exec_refused(&mut spec);
         // A container joining the sandbox of a runtime that has its own (not its pause, which
         // `run` starts at once and whose pid is the sandbox's own).
-        let joins_sandbox = !paths.pause && !cmd.start;
+        let joins_sandbox = paths.sandboxed && !cmd.start;
         let start_io = joins_sandbox.then(|| cmd.io.try_clone());
         let pid = self.runtime.create(id, cmd).await?;
         let kind = assisted
@@ -580,6 +586,7 @@ pub(crate) mod tests {
         let config = |runtime| Config {
             runtime,
             runtime_root: dir.path(),
+            sandboxed: runtime == "runsc",
             exec: ExecMode::Native,
             create: CreateMode::Native,
             cgroup_driver: Driver::Cgroupfs,
