@@ -5,7 +5,7 @@
 //! and its containers join it, so they run on gVisor's kernel, not the host's; logs, exec,
 //! stats, the pod's network (served from inside the sandbox to the host over the pod's IP), a restart
 //! of the daemon, stop and removal work, and nothing is left: no runsc state, no process, no
-//! mount, no veth.
+//! mount, no veth, no masquerade rule.
 
 use e2e::pods::{busybox, exec_sync_in, sh, Images};
 use e2e::{host, TestDaemon};
@@ -74,6 +74,14 @@ async fn a_pod_on_the_gvisor_handler_is_one_gvisor_sandbox() {
                 "[runtime.handlers.gvisor]\npath = \"{}\"\nargs = [\"--platform=systrap\"]\n",
                 runsc.display()
             ),
+            // The e2e default with ipMasq on, as the built-in network has it: its rules are
+            // what runsc's taking of the pod's address made outlive the pod.
+            conflist: Some(
+                r#"{"cniVersion":"1.0.0","name":"e2e-{bridge}","plugins":[
+                {"type":"bridge","bridge":"{bridge}","isGateway":true,"ipMasq":true,
+                 "ipam":{"type":"host-local","ranges":[[{"subnet":"{subnet}"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"{dir}/ipam"}}]}"#
+                    .to_string(),
+            ),
             ..Default::default()
         },
     )
@@ -130,8 +138,14 @@ async fn a_pod_on_the_gvisor_handler_is_one_gvisor_sandbox() {
 
     // Stats: the sandbox's cgroup (where runsc placed it), which the container's pid names.
     let stats = d.container_stats(&app).await;
-    let cpu = stats.cpu.as_ref().and_then(|c| c.usage_core_nano_seconds.as_ref());
-    let memory = stats.memory.as_ref().and_then(|m| m.working_set_bytes.as_ref());
+    let cpu = stats
+        .cpu
+        .as_ref()
+        .and_then(|c| c.usage_core_nano_seconds.as_ref());
+    let memory = stats
+        .memory
+        .as_ref()
+        .and_then(|m| m.working_set_bytes.as_ref());
     assert!(
         cpu.is_some_and(|c| c.value > 0) && memory.is_some_and(|m| m.value > 0),
         "{stats:?}"
@@ -152,6 +166,20 @@ async fn a_pod_on_the_gvisor_handler_is_one_gvisor_sandbox() {
     let out = exec_sync_in(&mut d, &app, &["cat", "/tmp/www/index.html"]).await;
     assert_eq!(text(&out), "hello-from-gvisor", "{}", d.log());
 
+    // The bridge plugin's masquerade rules of the pod (by its id): there now, gone with it,
+    // although runsc took the pod's address off its interface (peapod gives it back for DEL).
+    let nat_rules = || {
+        let out = std::process::Command::new("iptables-save")
+            .args(["-t", "nat"])
+            .output()
+            .expect("iptables-save");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&pod.id))
+            .count()
+    };
+    assert!(nat_rules() > 0, "the bridge network masquerades the pod");
+
     d.stop_container(&app, 10).await;
     let st = d.container_status(&app).await;
     assert_eq!(
@@ -161,6 +189,7 @@ async fn a_pod_on_the_gvisor_handler_is_one_gvisor_sandbox() {
     );
     d.remove_pod(&pod).await;
     assert_eq!(runsc_list(&runsc, &root), Vec::<String>::new());
+    assert_eq!(nat_rules(), 0, "masquerade rules outlived the pod");
     let runsc_left = host::processes_with(&root.display().to_string());
     assert!(
         runsc_left.is_empty(),

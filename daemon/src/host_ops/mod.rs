@@ -40,6 +40,13 @@ pub trait HostOps: Send + Sync {
     /// Unpins and removes a namespace file (and the user namespace pinned with it); a missing
     /// one is fine.
     fn unpin_netns(&self, path: &Path) -> Result<()>;
+    /// Puts addresses back on the interfaces of the namespace pinned at `netns`
+    /// ([`netns::give_back_addresses`]: what gVisor took, for CNI DEL to find).
+    fn give_back_addresses(
+        &self,
+        netns: &Path,
+        addresses: Vec<netns::InterfaceAddress>,
+    ) -> Result<()>;
     /// Mounts a pod's /dev/shm tmpfs at `path` (made if missing).
     fn mount_shm(&self, path: &Path) -> Result<()>;
     /// Detaches the mount at `path`; nothing mounted there is fine.
@@ -86,6 +93,14 @@ impl HostOps for RealHostOps {
 
     fn unpin_netns(&self, path: &Path) -> Result<()> {
         off_runtime(|| netns::remove(path))
+    }
+
+    fn give_back_addresses(
+        &self,
+        netns: &Path,
+        addresses: Vec<netns::InterfaceAddress>,
+    ) -> Result<()> {
+        off_runtime(|| netns::give_back_addresses(netns, addresses))
     }
 
     fn mount_shm(&self, path: &Path) -> Result<()> {

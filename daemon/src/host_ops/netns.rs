@@ -122,6 +122,123 @@ fn loopback_up() -> std::io::Result<()> {
     Ok(())
 }
 
+/// An interface's address, as a CNI result gives it (`10.244.1.7/24`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceAddress {
+    pub interface: String,
+    pub address: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+/// Puts `addresses` back on their interfaces in the namespace at `path` (one already there is
+/// fine). A runtime with a network stack of its own (gVisor's runsc) takes the pod
+/// interface's addresses off it when its sandbox starts, and the CNI bridge plugin's DEL
+/// removes the masquerade rules of the addresses it finds on the interface: without them
+/// back, those rules outlive the pod.
+pub fn give_back_addresses(path: &Path, addresses: Vec<InterfaceAddress>) -> Result<()> {
+    in_netns(path, move || {
+        for a in &addresses {
+            set_address(a).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("{}/{} on {}: {e}", a.address, a.prefix, a.interface),
+                )
+            })?;
+        }
+        Ok(())
+    })
+}
+
+/// `ip address add` by the old ioctls: SIOCSIFADDR (and SIOCSIFNETMASK) with a `struct
+/// ifreq` for IPv4, with a `struct in6_ifreq` for IPv6.
+fn set_address(a: &InterfaceAddress) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const IFNAMSIZ: usize = 16;
+    let name = std::ffi::CString::new(a.interface.as_str()).map_err(std::io::Error::other)?;
+    if name.as_bytes().len() >= IFNAMSIZ {
+        return Err(std::io::Error::other("interface name too long"));
+    }
+    let family = match a.address {
+        std::net::IpAddr::V4(_) => libc::AF_INET,
+        std::net::IpAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: a socket of our own, closed by OwnedFd.
+    let fd = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a new descriptor nothing else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let done = |rc: libc::c_int| match rc {
+        0 => Ok(()),
+        _ => match std::io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            e => Err(e),
+        },
+    };
+    match a.address {
+        std::net::IpAddr::V4(ip) => {
+            /// `struct ifreq` with a `struct sockaddr_in` member.
+            #[repr(C)]
+            struct IfreqAddr {
+                name: [libc::c_char; IFNAMSIZ],
+                addr: libc::sockaddr_in,
+                _pad: [u8; 8],
+            }
+            let sockaddr = |v4: std::net::Ipv4Addr| libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: 0,
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            let mut req = IfreqAddr {
+                name: [0; IFNAMSIZ],
+                addr: sockaddr(ip),
+                _pad: [0; 8],
+            };
+            for (dst, src) in req.name.iter_mut().zip(name.as_bytes()) {
+                *dst = *src as libc::c_char;
+            }
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(a.prefix.min(32)))
+                .unwrap_or(0);
+            // SAFETY: both ioctls read a `struct ifreq` (40 bytes), which `req` is laid out
+            // as, alive across the calls.
+            unsafe {
+                done(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR, &req))?;
+                req.addr = sockaddr(std::net::Ipv4Addr::from(mask));
+                done(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFNETMASK, &req))
+            }
+        }
+        std::net::IpAddr::V6(ip) => {
+            /// `struct in6_ifreq`.
+            #[repr(C)]
+            struct In6Ifreq {
+                addr: libc::in6_addr,
+                prefixlen: u32,
+                ifindex: libc::c_int,
+            }
+            // SAFETY: a NUL-terminated name.
+            let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+            if ifindex == 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let req = In6Ifreq {
+                addr: libc::in6_addr {
+                    s6_addr: ip.octets(),
+                },
+                prefixlen: u32::from(a.prefix),
+                ifindex: ifindex as libc::c_int,
+            };
+            // SAFETY: SIOCSIFADDR on an AF_INET6 socket reads a `struct in6_ifreq`, which
+            // `req` is laid out as.
+            unsafe { done(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR, &req)) }
+        }
+    }
+}
+
 /// Unpins and removes a namespace file, and the pod's user namespace pinned beside it if
 /// there is one; missing ones are fine.
 pub fn remove(path: &Path) -> Result<()> {

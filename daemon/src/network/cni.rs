@@ -375,6 +375,32 @@ pub fn result_ips(result: &Value) -> Vec<String> {
     ips
 }
 
+/// The addresses a result gave the pod's own interfaces (those in its namespace: with a
+/// `sandbox`): `(interface, address, prefix length)`.
+pub fn pod_interface_addresses(result: &Value) -> Vec<(String, std::net::IpAddr, u8)> {
+    let interfaces = result["interfaces"].as_array().cloned().unwrap_or_default();
+    let in_pod = |i: &Value| -> Option<String> {
+        let iface = interfaces.get(usize::try_from(i.as_u64()?).ok()?)?;
+        let sandbox = iface["sandbox"].as_str().filter(|s| !s.is_empty());
+        sandbox.and(iface["name"].as_str()).map(str::to_string)
+    };
+    result["ips"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(|ip| {
+                    let (address, prefix) = ip["address"].as_str()?.split_once('/')?;
+                    Some((
+                        in_pod(&ip["interface"])?,
+                        address.parse().ok()?,
+                        prefix.parse().ok()?,
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A CNI failure: the message says which plugin and call.
 fn network_error(message: String) -> Error {
     Error::internal(format!("network: {message}"))
@@ -392,6 +418,32 @@ fn network_error_from(context: String, cause: impl Into<crate::error::Cause>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pod_interfaces_addresses_are_read_from_a_result() {
+        let result = serde_json::json!({
+            "interfaces": [
+                {"name": "ppk0", "mac": "aa"},
+                {"name": "veth1", "mac": "bb"},
+                {"name": "eth0", "mac": "cc", "sandbox": "/run/peapod/netns/x"},
+            ],
+            "ips": [
+                {"address": "10.244.1.7/24", "gateway": "10.244.1.1", "interface": 2},
+                {"address": "fd00::7/64", "interface": 2},
+                {"address": "10.9.9.9/32", "interface": 0},
+                {"address": "10.8.8.8/32"},
+                {"address": "junk", "interface": 2},
+            ],
+        });
+        assert_eq!(
+            pod_interface_addresses(&result),
+            vec![
+                ("eth0".to_string(), "10.244.1.7".parse().unwrap(), 24),
+                ("eth0".to_string(), "fd00::7".parse().unwrap(), 64),
+            ]
+        );
+        assert!(pod_interface_addresses(&serde_json::json!({})).is_empty());
+    }
 
     #[test]
     fn parses_conflist_and_conf() {

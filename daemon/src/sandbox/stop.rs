@@ -11,6 +11,7 @@ use crate::shim::Shim;
 use crate::store::sandbox::{Sandbox, SandboxState};
 use containerd_shim_protos::types::task::Status;
 use peapod_proto::v1::ContainerEventType;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,12 +116,41 @@ impl SandboxService {
         self.release_netns(sandbox, deleted)
     }
 
+    /// Before CNI DEL of a pod on a sandboxed handler: the addresses its runtime took off the
+    /// pod's interfaces (gVisor's runsc does, to give them to its own network stack) go back,
+    /// so that the plugins' DEL finds what their ADD set up by them (the bridge plugin's
+    /// masquerade rules outlived every gVisor pod). Best effort: DEL runs whatever happens.
+    fn give_back_addresses(&self, handler: &str, netns: &Path, result: &serde_json::Value) {
+        if !self
+            .settings
+            .handlers
+            .resolve(handler)
+            .is_ok_and(|h| h.sandboxed)
+        {
+            return;
+        }
+        let addresses = crate::network::cni::pod_interface_addresses(result)
+            .into_iter()
+            .map(
+                |(interface, address, prefix)| crate::host_ops::netns::InterfaceAddress {
+                    interface,
+                    address,
+                    prefix,
+                },
+            )
+            .collect();
+        if let Err(e) = self.host.give_back_addresses(netns, addresses) {
+            tracing::warn!(error = %e, "giving the pod's interface its addresses back before CNI DEL");
+        }
+    }
+
     /// CNI DEL with what ADD used, if ADD started and DEL has not succeeded yet; whether it
     /// ran. [`SandboxService::release_netns`] records it.
     pub(super) async fn cni_del(&self, sandbox: &Sandbox) -> Result<bool> {
         let rec = sandbox.snapshot();
         match (rec.cni.as_ref(), rec.netns.as_ref()) {
             (Some(cni), Some(ns)) if !cni.deleted => {
+                self.give_back_addresses(&rec.runtime_handler, ns, &cni.result);
                 self.network.teardown(&sandbox.id, ns, cni).await?;
                 Ok(true)
             }

@@ -607,6 +607,14 @@ impl HostOps for FakeHost {
         Ok(path)
     }
 
+    fn give_back_addresses(
+        &self,
+        _netns: &Path,
+        _addresses: Vec<crate::host_ops::netns::InterfaceAddress>,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     fn unpin_netns(&self, path: &Path) -> Result<()> {
         self.faults.check("netns.unpin")?;
         lock(&self.pinned).remove(path);
