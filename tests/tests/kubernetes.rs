@@ -12,6 +12,26 @@ use std::time::Duration;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
+/// RuntimeClass "gvisor" (peapod's handler of that name: runsc) and a pod that asks for it.
+const SANDBOXED_POD: &str = r#"apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: gvisor
+handler: gvisor
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: sandboxed
+spec:
+  runtimeClassName: gvisor
+  containers:
+  - name: app
+    image: docker.io/library/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "dmesg | head -1; exec sleep 3600"]
+"#;
+
 fn examples() -> String {
     cluster::repo().join("examples").display().to_string()
 }
@@ -474,6 +494,30 @@ spec:
     let tail = c.kubectl_ok(&["logs", "chatty", "--tail", "1"]);
     assert!(tail.starts_with("line "), "{tail} (rotated: {rotated})");
     c.kubectl_ok(&["delete", "pod", "chatty", "--wait=true"]);
+
+    // A sandboxed RuntimeClass: RuntimeClass "gvisor" names peapod's gvisor handler (runsc,
+    // which scripts/cluster configures), and its pod runs in a gVisor sandbox, logs and exec
+    // through kubectl included.
+    let manifests = tempfile::tempdir().unwrap();
+    let sandboxed = manifests.path().join("sandboxed.yaml");
+    std::fs::write(&sandboxed, SANDBOXED_POD).unwrap();
+    c.kubectl_ok(&["apply", "-f", &sandboxed.display().to_string()]);
+    c.wait_ready("sandboxed", 2 * MINUTE);
+    let logs = c.kubectl_ok(&["logs", "sandboxed"]);
+    assert!(logs.contains("Starting gVisor"), "{logs}");
+    let release = c.kubectl_ok(&["exec", "sandboxed", "--", "uname", "-r"]);
+    let host_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(
+        release.trim(),
+        host_release.trim(),
+        "exec on the host's kernel"
+    );
+    c.kubectl_ok(&[
+        "delete",
+        "-f",
+        &sandboxed.display().to_string(),
+        "--wait=true",
+    ]);
 
     // kubectl delete: the kubelet stops the pods and its garbage collection removes them;
     // nothing is left on the node.
