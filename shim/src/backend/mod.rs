@@ -163,8 +163,8 @@ pub struct Config<'a> {
 }
 
 /// Runtimes whose pause is a plain process in namespaces, as the helper makes it (unless told
-/// they are sandboxed). Another runc-compatible CLI (a wrapper, gVisor's runsc, a VM runtime)
-/// gets no native path: what it makes may not be such processes.
+/// they are sandboxed). Another runc-compatible CLI (a wrapper, a VM runtime) makes its pause
+/// its own way; a sandboxed one (gVisor's runsc) gets no native path at all.
 const PLAIN_RUNTIMES: [&str; 3] = ["runc", "crun", "youki"];
 
 /// Every container's backend: the choice at create, and each call matched on the kind.
@@ -186,7 +186,7 @@ struct NativePaths {
     sandboxed: bool,
     /// App containers: the runtime is runc, `--create native` and `--exec native`.
     create: bool,
-    /// Execs: `--exec native` and one of [`PLAIN_RUNTIMES`].
+    /// Execs: `--exec native` and not sandboxed.
     exec: bool,
     /// runc's state root when the runtime is runc: the containers runc creates are assisted
     /// ([`runc_assisted`]); another runtime's state directory is its own.
@@ -205,8 +205,10 @@ impl Backends {
         // A runtime with a sandbox of its own (gVisor's runsc) runs its containers' processes
         // inside it: a process the helper started in the namespaces of the sandbox's host
         // process would run outside the sandbox, so nothing of such a pod is native.
+        // Execs join the init's namespaces and cgroups, as any runc-compatible runtime left
+        // them (a wrapper of runc under another name included).
         let plain = PLAIN_RUNTIMES.contains(&name) && !config.sandboxed;
-        let exec = plain && config.exec == ExecMode::Native;
+        let exec = !config.sandboxed && config.exec == ExecMode::Native;
         Backends {
             runtime,
             host: Host::detect(config.cgroup_driver),
