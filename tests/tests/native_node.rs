@@ -16,13 +16,12 @@ use containerd_shim_protos::shim_async::{Client, TaskClient};
 use e2e::pods::{busybox, exec_sync_in, in_pod, sh, Images, Pod};
 use e2e::{host, DaemonOptions, TestDaemon};
 use peapod_proto::v1 as cri;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// A daemon whose runtime is a runc that logs its calls (under `dir`), with the cgroup
 /// driver `driver` (`None`: the run's, see [`DaemonOptions::cgroup_driver`]).
 async fn daemon(name: &str, dir: &Path, driver: Option<&'static str>) -> TestDaemon {
-    let _ = std::fs::remove_dir_all(dir);
     let runc = host::logging_runc(dir);
     TestDaemon::start_with(
         name,
@@ -35,8 +34,13 @@ async fn daemon(name: &str, dir: &Path, driver: Option<&'static str>) -> TestDae
     .await
 }
 
-fn scratch(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("peapod-native-node-{name}"))
+/// A directory of the test's own for its logging runc, removed when the test ends (after its
+/// daemon, declared later, is dropped).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("peapod-native-node-{name}-"))
+        .tempdir()
+        .expect("a scratch directory")
 }
 
 /// The runtime calls that made or ran something: none is wanted from a native path.
@@ -73,7 +77,7 @@ fn text(r: &cri::ExecSyncResponse) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_device_rules_deny_what_the_spec_does_not_allow() {
     let dir = scratch("devices");
-    let mut d = daemon("node-devices", &dir, None).await;
+    let mut d = daemon("node-devices", dir.path(), None).await;
     let images = Images::start();
     let image = image(&mut d, &images, "devices").await;
     let pod = d.run_pod("devices").await;
@@ -101,7 +105,7 @@ mknod /dev/probe c 10 237 && { (exec 3</dev/probe) 2>/dev/null && echo "loop-con
         String::from_utf8_lossy(&out.stderr)
     );
     d.remove_pod(&pod).await;
-    assert_eq!(making_calls(&dir), Vec::<String>::new(), "all native");
+    assert_eq!(making_calls(dir.path()), Vec::<String>::new(), "all native");
 }
 
 /// The Task API of the pod's shim, as the daemon reaches it.
@@ -140,7 +144,7 @@ fn frozen(cgroup: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_is_frozen_and_thawed_through_its_shim() {
     let dir = scratch("freezer");
-    let mut d = daemon("node-freezer", &dir, None).await;
+    let mut d = daemon("node-freezer", dir.path(), None).await;
     let images = Images::start();
     let image = image(&mut d, &images, "freezer").await;
     let pod = d.run_pod("freezer").await;
@@ -174,7 +178,7 @@ async fn a_container_is_frozen_and_thawed_through_its_shim() {
     assert!(!frozen(&cgroup));
     assert!(advancing(pid).await, "the loop runs again");
     d.remove_pod(&pod).await;
-    assert_eq!(making_calls(&dir), Vec::<String>::new(), "all native");
+    assert_eq!(making_calls(dir.path()), Vec::<String>::new(), "all native");
 }
 
 /// The files an update changes, as the host reads them: memory limit, CPU quota, CPU share.
@@ -202,7 +206,7 @@ fn limits(cgroup: &str) -> [String; 3] {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_resizes_the_running_container_in_place() {
     let dir = scratch("update");
-    let mut d = daemon("node-update", &dir, None).await;
+    let mut d = daemon("node-update", dir.path(), None).await;
     let images = Images::start();
     let image = image(&mut d, &images, "update").await;
     let pod = d.run_pod("update").await;
@@ -270,7 +274,7 @@ async fn an_update_resizes_the_running_container_in_place() {
     let info = d.container_info(&id).await;
     assert_eq!(info["pid"].as_u64(), Some(pid as u64));
     d.remove_pod(&pod).await;
-    assert_eq!(making_calls(&dir), Vec::<String>::new(), "all native");
+    assert_eq!(making_calls(dir.path()), Vec::<String>::new(), "all native");
 }
 
 /// The pids of container `id`'s resident exec helper.
@@ -287,7 +291,7 @@ fn resident_of(id: &str) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execs_process_is_in_its_containers_cgroup_from_its_start() {
     let dir = scratch("exec-cgroup");
-    let mut d = daemon("node-exec-cgroup", &dir, None).await;
+    let mut d = daemon("node-exec-cgroup", dir.path(), None).await;
     let images = Images::start();
     let image = image(&mut d, &images, "exec").await;
     let pod = d.run_pod("exec-cgroup").await;
@@ -326,16 +330,16 @@ async fn an_execs_process_is_in_its_containers_cgroup_from_its_start() {
         assert!(procs.contains(&helper[0]), "{procs:?} lacks the helper");
     }
     d.remove_pod(&pod).await;
-    assert_eq!(making_calls(&dir), Vec::<String>::new(), "all native");
+    assert_eq!(making_calls(dir.path()), Vec::<String>::new(), "all native");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pods_whole_life_makes_no_runtime_call() {
     let dir = scratch("life");
-    let mut d = daemon("node-life", &dir, None).await;
+    let mut d = daemon("node-life", dir.path(), None).await;
     let images = Images::start();
     let image = image(&mut d, &images, "life").await;
-    let _ = std::fs::remove_file(dir.join("runtime-calls"));
+    let _ = std::fs::remove_file(dir.path().join("runtime-calls"));
     let started = Instant::now();
     let pod = d.run_pod("life").await;
     let pod_ran = started.elapsed();
@@ -358,9 +362,9 @@ async fn a_pods_whole_life_makes_no_runtime_call() {
          StartContainer {started_ctr:?}, ExecSync {exec:?}, stop + remove {removed:?}; \
          runtime calls: {:?}",
         if d.systemd { "systemd" } else { "cgroupfs" },
-        host::runtime_calls(&dir)
+        host::runtime_calls(dir.path())
     );
-    assert_eq!(host::runtime_calls(&dir), Vec::<String>::new());
+    assert_eq!(host::runtime_calls(dir.path()), Vec::<String>::new());
     let left = d.leftovers();
     assert!(left.is_empty(), "left {left:?}");
 }
@@ -381,7 +385,7 @@ fn unit_show(unit: &str, props: &[&str]) -> String {
 async fn each_container_is_a_systemd_scope_in_its_pods_slice_and_none_is_left() {
     assert!(peapod_host::systemd::booted(), "systemd is not PID 1 here");
     let dir = scratch("scopes");
-    let mut d = daemon("node-scopes", &dir, Some("systemd")).await;
+    let mut d = daemon("node-scopes", dir.path(), Some("systemd")).await;
     let images = Images::start();
     let image = image(&mut d, &images, "scopes").await;
     let pod = d.run_pod("scopes").await;
@@ -405,7 +409,7 @@ async fn each_container_is_a_systemd_scope_in_its_pods_slice_and_none_is_left() 
         assert!(!host::cgroup_path_exists(&d.cgroup_path(unit_id)));
     }
     assert!(host::cgroups_under(&d.cgroup_dir()).is_empty());
-    assert_eq!(making_calls(&dir), Vec::<String>::new(), "all native");
+    assert_eq!(making_calls(dir.path()), Vec::<String>::new(), "all native");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,7 +420,7 @@ async fn apparmor_confines_what_the_native_paths_create_and_exec() {
         "this test needs a kernel that enforces AppArmor"
     );
     let dir = scratch("apparmor");
-    let mut d = daemon("node-apparmor", &dir, None).await;
+    let mut d = daemon("node-apparmor", dir.path(), None).await;
     let images = Images::start();
     let image = image(&mut d, &images, "apparmor").await;
     let pod = d.run_pod("apparmor").await;
@@ -440,5 +444,5 @@ async fn apparmor_confines_what_the_native_paths_create_and_exec() {
     let out = exec_sync_in(&mut d, &id, &["cat", "/proc/self/attr/current"]).await;
     assert_eq!(text(&out), "peapod-default (enforce)\n");
     d.remove_pod(&pod).await;
-    assert_eq!(making_calls(&dir), Vec::<String>::new(), "all native");
+    assert_eq!(making_calls(dir.path()), Vec::<String>::new(), "all native");
 }
