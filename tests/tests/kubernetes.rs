@@ -169,6 +169,9 @@ fn a_standalone_kubelet_runs_the_war_pod_as_a_static_pod() {
 /// the two-node test runs with the defaults, which is what most nodes run.
 #[test]
 fn a_one_node_cluster_runs_the_examples_with_every_kubectl_verb() {
+    // The gvisor RuntimeClass below needs runsc (scripts/cluster configures it when built):
+    // without it, fail now saying so, not after the pod's two minutes.
+    e2e::registry_clients::built_by("runsc", "runsc");
     let c = Cluster::up_with_gates(
         1,
         "EventedPLEG=true,PLEGOnDemandRelist=true,CRIListStreaming=true,PodAndContainerStatsFromCRI=true",
