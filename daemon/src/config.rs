@@ -49,15 +49,15 @@ create = "native"
 # Further runtime handlers: a pod chooses one by name through RunPodSandbox's runtime_handler
 # (a RuntimeClass's `handler`); Status lists them. The default handler (no name, or the file
 # name of runtime.path) is runtime.path. Names are DNS labels. Each has:
-#   path: its OCI runtime CLI (required). runc, crun and youki make plain containers, which
-#     the shim may make itself (runtime.create, runtime.exec, sandbox.native_pause); any other
-#     runtime makes its own sandbox (gVisor's runsc, a VM runtime): its pause, containers and
-#     execs all go through it, and each of its pods is one sandbox of that runtime (the pause
-#     is annotated io.kubernetes.cri.container-type = "sandbox", as containerd and CRI-O do).
+#   path: its OCI runtime CLI (required). With runc, crun and youki the shim may make pauses
+#     and containers itself (sandbox.native_pause, runtime.create); execs it may start itself
+#     (runtime.exec) with any runtime that is not sandboxed.
 #   sandboxed: whether the runtime makes its own sandbox per pod (gVisor's runsc, a VM
-#     runtime): its containers' pid file then names the sandbox, so their exits come from
-#     the runtime's `wait`, and their stdio goes to `start`. Default: true where the file
-#     name of path is "runsc", else false.
+#     runtime; the pause is annotated io.kubernetes.cri.container-type = "sandbox", as
+#     containerd and CRI-O do, and the pod's containers join it): nothing of its pods is
+#     native, its containers' pid file names the sandbox, so their exits come from the
+#     runtime's `wait`, and their stdio goes to `start`. Default: true where the file name
+#     of path is "runsc", else false.
 #   args: flags given to the runtime before every command, after the --root, --log and
 #     --systemd-cgroup peapod gives it (containerd's per-runtime options); e.g. runsc's
 #     platform and network. Each must be a flag ("--name" or "--name=value").

@@ -6,6 +6,7 @@ use super::SandboxService;
 use crate::error::{Error, Result};
 use crate::store::sandbox::{Sandbox, SandboxState};
 use containerd_shim_protos::types::task::Status;
+use peapod_host::mount::mounts_under;
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -105,8 +106,6 @@ fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default()
 }
-
-use peapod_host::mount::mounts_under;
 
 impl SandboxService {
     /// Removes a directory no record claims, detaching what is mounted in it first (a pod's

@@ -15,8 +15,7 @@ use std::time::Duration;
 /// Starts shims and keeps one connection per pod.
 pub struct ShimManager {
     binary: PathBuf,
-    /// Every runtime there is, `(path, root)`, the default's first: what a dead shim left is
-    /// in one of them.
+    /// Every runtime there is, the default's first: what a dead shim left is in one of them.
     runtimes: Vec<RuntimeCommand>,
     socket_dir: PathBuf,
     /// The shims' `--exec` (`runtime.exec`).
@@ -194,11 +193,10 @@ impl Shims for ShimManager {
     }
 
     async fn release_idle_runtime(&self, handler: &RuntimeHandler) -> Result<()> {
-        let Some(runtime) = self
-            .runtimes
-            .iter()
-            .find(|r| handler.sandboxed && r.root == handler.root)
-        else {
+        if !handler.sandboxed {
+            return Ok(());
+        }
+        let Some(runtime) = self.runtimes.iter().find(|r| r.root == handler.root) else {
             return Ok(());
         };
         if !runtime.root.exists() || !self.runtime_ids(runtime).await?.is_empty() {

@@ -91,13 +91,13 @@ pub struct Backend {
     /// Its resident exec helper, from its first native exec until its delete.
     resident: ResidentSlot,
     /// Its stdio, kept from its create for its start: a runtime with a sandbox of its own
-    /// (runsc) gives a container that joins the sandbox the stdio of `start`.
+    /// (runsc) gives a container that joins the sandbox the stdio of `start`. Only such a
+    /// container has it (until its start).
     start_io: std::sync::Mutex<Option<ProcessIo>>,
     /// Where its init's exit comes from once it starts, when not from its pid: such a
     /// container's pid is its sandbox's, and the runtime's `wait` tells its exit
     /// ([`Backend::exit_from_runtime`]).
     exit_from_wait: std::sync::Mutex<Option<oneshot::Sender<i32>>>,
-    sandboxed: bool,
 }
 
 /// How a container is run (the module's table).
@@ -116,7 +116,6 @@ impl Backend {
             resident: ResidentSlot::default(),
             start_io: std::sync::Mutex::new(None),
             exit_from_wait: std::sync::Mutex::new(None),
-            sandboxed: false,
         }
     }
 
@@ -131,7 +130,7 @@ impl Backend {
     /// or the channel closes unsent when it is deleted unstarted. `None`: the pid's exit is
     /// its own.
     pub fn exit_from_runtime(&self) -> Option<oneshot::Receiver<i32>> {
-        if !self.sandboxed {
+        if self.start_io.lock_unpoisoned().is_none() {
             return None;
         }
         let (tx, rx) = oneshot::channel();
@@ -274,15 +273,13 @@ impl Backends {
         let refused = paths.exec_refused(&mut spec);
         // A container joining the sandbox of a runtime that has its own (not its pause, which
         // `run` starts at once and whose pid is the sandbox's own).
-        let joins_sandbox = paths.sandboxed && !cmd.start;
-        let start_io = joins_sandbox.then(|| cmd.io.try_clone());
+        let start_io = (paths.sandboxed && !cmd.start).then(|| cmd.io.try_clone());
         let pid = self.runtime.create(id, cmd).await?;
         let kind = assisted
             .and_then(|root| Assisted::created(id, pid, root, spec.get().ok()))
             .map_or(Kind::Runc, Kind::RuncAssisted);
-        let mut backend = Backend::new(kind, refused);
+        let backend = Backend::new(kind, refused);
         *backend.start_io.lock_unpoisoned() = start_io;
-        backend.sandboxed = joins_sandbox;
         Ok((pid, backend))
     }
 
