@@ -103,6 +103,34 @@ async fn a_pod_on_the_gvisor_handler_is_one_gvisor_sandbox() {
         d.log()
     );
 
+    // A container that cannot start (its command is not in the image): the error, and
+    // nothing of it left in the sandbox once removed.
+    let broken = d
+        .create(
+            &pod,
+            e2e::pods::container("broken", &image, &["/no/such/program"], &[]),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("CreateContainer: {e}\n{}", d.log()));
+    if d.start_container(&broken).await.is_ok() {
+        // runsc may report the failed exec as the init's exit rather than start's error.
+        let status = d.wait_exited(&broken, Duration::from_secs(30)).await;
+        assert_ne!(status.exit_code, 0, "a missing program ran: {status:?}");
+    }
+    d.cri
+        .runtime
+        .remove_container(cri::RemoveContainerRequest {
+            container_id: broken.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("RemoveContainer: {e}\n{}", d.log()));
+    assert_eq!(
+        runsc_list(&runsc, &root),
+        vec![pod.id.clone()],
+        "{}",
+        d.log()
+    );
+
     // gVisor's kernel: its dmesg (which a runc container may not read) is gVisor's own.
     let app = d
         .run_container(

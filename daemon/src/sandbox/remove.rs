@@ -75,9 +75,6 @@ impl SandboxService {
             self.host.remove_cgroup(&rec.cgroups_path)?;
         }
         self.shims.forget(&sandbox.id);
-        if let Ok(handler) = self.settings.handlers.resolve(&rec.runtime_handler) {
-            self.shims.release_idle_runtime(handler).await?;
-        }
         // Also without `rootfs_mounted`: a crash between the mount and its record leaves a
         // mount the record does not name (an owner the store does not know is fine).
         self.images
@@ -85,6 +82,13 @@ impl SandboxService {
             .await?;
         remove_dir(&rec.dir)?;
         remove_dir(&self.paths.sandbox_root_dir(&sandbox.id))?;
+        // The runtime's own state, not the pod's: the pod is gone whatever this meets (a
+        // failure is logged, and the next removal of a pod on that handler tries again).
+        if let Ok(handler) = self.settings.handlers.resolve(&rec.runtime_handler) {
+            if let Err(e) = self.shims.release_idle_runtime(handler).await {
+                tracing::warn!(error = %e, handler = %handler.name, "releasing an idle sandboxed runtime's state");
+            }
+        }
         Ok(())
     }
 }
